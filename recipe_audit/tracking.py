@@ -1,0 +1,316 @@
+"""Writes reruns and sweeps to MLflow (the reading side is ``query.py``; the contract is ``keys.py``).
+
+Every function here owns the runs it opens: runs are created and terminated explicitly through
+an ``MlflowClient``; nothing relies on a global active run surviving between multirun jobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+import traceback
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from . import keys
+
+
+class TrackingError(RuntimeError):
+    """The tracking store cannot be used (one sentence)."""
+
+
+DEFAULT_STORE_DIR = "mlruns"
+_MAX_PARAMS_PER_CALL = 100
+_MAX_METRICS_PER_CALL = 1000
+
+
+def default_tracking_uri(cwd: Path | None = None) -> str:
+    """The project's default store: SQLite under ``./mlruns`` (artifacts beside it)."""
+    base = (cwd or Path.cwd()) / DEFAULT_STORE_DIR
+    return f"sqlite:///{base.resolve() / 'mlflow.db'}"
+
+
+def resolve_tracking_uri(uri: str | None) -> str:
+    """``uri`` if given, else ``$MLFLOW_TRACKING_URI``, else the default SQLite store."""
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+
+
+def _default_artifact_location(uri: str) -> str | None:
+    """Artifacts of a local SQLite store live in ``<store dir>/artifacts`` (None: server decides)."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        return (db.parent / "artifacts").resolve().as_uri()
+    return None
+
+
+def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail fast, with one sentence, when an ``http(s)://`` tracking server does not answer
+    (MLflow's own client would retry for minutes) or a SQLite store cannot be written."""
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as resp:
+                resp.read(64)
+        except urllib.error.HTTPError as exc:
+            if exc.code >= 500:
+                raise TrackingError(f"The MLflow tracking server at {uri} answered HTTP {exc.code}.") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise TrackingError(f"The MLflow tracking server at {uri} is not reachable ({reason}).") from None
+    elif uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TrackingError(f"Cannot create the tracking store directory {db.parent} ({exc.strerror}).") from None
+        if not os.access(db.parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):
+            raise TrackingError(f"The tracking store {db} is not writable.")
+
+
+@dataclass(frozen=True)
+class Store:
+    uri: str
+    experiment_id: str
+    experiment_name: str
+
+    @property
+    def client(self):
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(tracking_uri=self.uri)
+
+
+_STORES: dict[tuple[str, str], Store] = {}
+
+
+def open_store(uri: str | None, experiment_name: str) -> Store:
+    """Resolve the URI, check it, and get or create the experiment (cached per process)."""
+    uri = resolve_tracking_uri(uri)
+    key = (uri, experiment_name)
+    if key in _STORES:
+        return _STORES[key]
+    check_reachable(uri)
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        exp = client.get_experiment_by_name(experiment_name)
+        if exp is None:
+            exp_id = client.create_experiment(experiment_name, artifact_location=_default_artifact_location(uri))
+        elif exp.lifecycle_stage != "active":
+            raise TrackingError(f"Experiment '{experiment_name}' in {uri} is deleted; restore it or pick another name.")
+        else:
+            exp_id = exp.experiment_id
+    except MlflowException as exc:
+        raise TrackingError(f"Cannot use the tracking store {uri}: {_one_line(exc)}") from None
+    except Exception as exc:  # sqlalchemy / OS errors from the store itself
+        if isinstance(exc, TrackingError):
+            raise
+        raise TrackingError(f"Cannot use the tracking store {uri}: {_one_line(exc)}") from None
+    store = Store(uri, exp_id, experiment_name)
+    _STORES[key] = store
+    return store
+
+
+# ------------------------------------------------------------------------------------------
+# Recipe identity and params
+# ------------------------------------------------------------------------------------------
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``; lists are kept whole, as JSON."""
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, name + "."))
+        else:
+            out[name] = json.dumps(v) if isinstance(v, (list, tuple, dict)) else str(v)
+    return out
+
+
+RECIPE_SECTIONS = ("model", "task", "recipe")
+
+
+def recipe_identity(config: Mapping[str, Any]) -> str:
+    """A stable hash of what determines a training run except its seed: the model, task and
+    recipe sections of the resolved config. Seed, audit, tracking and runtime settings (progress
+    bars, thread count) are excluded, so every seed of one recipe has the same identity."""
+    payload = {k: config[k] for k in RECIPE_SECTIONS}
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:500]
+
+
+# ------------------------------------------------------------------------------------------
+# Sweeps
+# ------------------------------------------------------------------------------------------
+
+SWEEP_ENV = "RECIPE_AUDIT_SWEEP"
+SWEEP_FILE = "recipe_audit_sweep.json"
+
+
+@dataclass(frozen=True)
+class SweepInfo:
+    sweep_id: str
+    parent_run_id: str
+    tracking_uri: str
+    experiment_name: str
+    planned_seeds: tuple[int, ...]
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "planned_seeds": list(self.planned_seeds)})
+
+    @classmethod
+    def from_json(cls, text: str) -> SweepInfo:
+        d = json.loads(text)
+        d["planned_seeds"] = tuple(d["planned_seeds"])
+        return cls(**d)
+
+
+def start_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path, overrides: list[str]) -> SweepInfo:
+    """Open the parent run of a multirun and publish it to the jobs (environment and a file in
+    the sweep directory, so launchers in other processes or on other hosts find it)."""
+    import uuid
+
+    seeds = tuple(sorted(set(int(s) for s in planned_seeds)))
+    sweep_id = uuid.uuid4().hex[:12]
+    client = store.client
+    run = client.create_run(
+        store.experiment_id, run_name=f"sweep-{sweep_id}",
+        tags={keys.TAG_KIND: keys.KIND_SWEEP, keys.TAG_SWEEP_ID: sweep_id,
+              keys.TAG_PLANNED_SEEDS: json.dumps(list(seeds), separators=(",", ":")),
+              "recipe_audit.sweep_dir": str(sweep_dir.resolve()),
+              "recipe_audit.overrides": " ".join(overrides)[:5000]},
+    )
+    client.log_param(run.info.run_id, "planned_seeds", _compact_seeds(seeds))
+    info = SweepInfo(sweep_id, run.info.run_id, store.uri, store.experiment_name, seeds)
+    os.environ[SWEEP_ENV] = info.to_json()
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / SWEEP_FILE).write_text(info.to_json())
+    return info
+
+
+def end_sweep(info: SweepInfo, status: str = "FINISHED") -> None:
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=info.tracking_uri).set_terminated(info.parent_run_id, status)
+    if os.environ.get(SWEEP_ENV) == info.to_json():
+        del os.environ[SWEEP_ENV]
+
+
+def current_sweep(sweep_dir: Path | None) -> SweepInfo | None:
+    """The sweep a multirun job belongs to, if the sweep callback opened one."""
+    text = os.environ.get(SWEEP_ENV)
+    if not text and sweep_dir is not None and (sweep_dir / SWEEP_FILE).is_file():
+        text = (sweep_dir / SWEEP_FILE).read_text()
+    return SweepInfo.from_json(text) if text else None
+
+
+def _compact_seeds(seeds: tuple[int, ...]) -> str:
+    if seeds and list(seeds) == list(range(seeds[0], seeds[-1] + 1)):
+        return f"range({seeds[0]}, {seeds[-1] + 1})"
+    return ",".join(map(str, seeds))[:6000]
+
+
+# ------------------------------------------------------------------------------------------
+# Reruns
+# ------------------------------------------------------------------------------------------
+
+
+class RerunLogger:
+    """Owns the MLflow run of one rerun: open, log, close (FINISHED or FAILED)."""
+
+    def __init__(self, store: Store, config: Mapping[str, Any], seed: int, *, recipe_id: str,
+                 sweep: SweepInfo | None = None, audit_sets: Iterable[str] = ()):
+        from mlflow.entities import Param, RunTag
+
+        self.store = store
+        self.client = store.client
+        tags = {
+            keys.TAG_KIND: keys.KIND_RERUN,
+            keys.TAG_RECIPE_ID: recipe_id,
+            keys.TAG_RECIPE_NAME: str(config["recipe"]["name"]),
+            keys.TAG_SEED: str(seed),
+            keys.TAG_MODEL: str(config["model"]["name"]),
+            keys.TAG_TASK: str(config["task"]["name"]),
+            keys.TAG_AUDIT_SETS: ",".join(audit_sets),
+        }
+        if sweep is not None:
+            tags[keys.TAG_SWEEP_ID] = sweep.sweep_id
+            tags[keys.TAG_PARENT] = sweep.parent_run_id
+        run = self.client.create_run(store.experiment_id, run_name=f"{config['recipe']['name']}-seed{seed}",
+                                     tags=tags)
+        self.run_id = run.info.run_id
+        params = [Param(k, v[:6000]) for k, v in sorted(flatten(config).items())]
+        for i in range(0, len(params), _MAX_PARAMS_PER_CALL):
+            self.client.log_batch(self.run_id, params=params[i:i + _MAX_PARAMS_PER_CALL])
+        self._pending: list = []
+        self._last_flush = time.monotonic()
+        self._tag = RunTag
+
+    def log_step(self, step: int, loss: float, flush_every_s: float = 15.0) -> None:
+        """Buffer the training loss; flushed in batches (per-step calls would dominate a
+        second-long rerun on a SQLite store)."""
+        from mlflow.entities import Metric
+
+        value = loss if math.isfinite(loss) else float("nan")
+        self._pending.append(Metric(keys.METRIC_TRAIN_LOSS, value, int(time.time() * 1000), step))
+        if time.monotonic() - self._last_flush > flush_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[:_MAX_METRICS_PER_CALL], self._pending[_MAX_METRICS_PER_CALL:]
+            self.client.log_batch(self.run_id, metrics=batch)
+        self._last_flush = time.monotonic()
+
+    def log_result(self, result) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(keys.METRIC_TRAIN_SECONDS, result.train_seconds, now, 0)]
+        for name, score in result.audits.items():
+            metrics += [Metric(keys.accuracy_key(name), score.accuracy, now, result.steps),
+                        Metric(keys.majority_rate_key(name), score.majority_rate, now, result.steps),
+                        Metric(keys.constant_fraction_key(name), score.pred_mode_share, now, result.steps)]
+        self._pending.extend(metrics)
+        self.flush()
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.client.log_text(self.run_id, text, artifact_file)
+
+    def log_model(self, model, tokenizer) -> None:
+        """Log the trained model (or adapter) with MLflow's transformers flavor, so that
+        ``mlflow.transformers.load_model`` loads it back."""
+        import mlflow
+
+        with mlflow.start_run(run_id=self.run_id, nested=True, log_system_metrics=False):
+            mlflow.transformers.log_model(
+                transformers_model={"model": model, "tokenizer": tokenizer},
+                name="model", task="text-classification",
+            )
+
+    def finish(self) -> None:
+        self.flush()
+        self.client.set_terminated(self.run_id, "FINISHED")
+
+    def fail(self, exc: BaseException) -> None:
+        try:
+            self.flush()
+        except Exception:  # the run is failing anyway; keep the error that matters
+            pass
+        self.client.set_tag(self.run_id, keys.TAG_ERROR, f"{type(exc).__name__}: {_one_line(exc)}")
+        self.client.log_text(self.run_id, "".join(traceback.format_exception(exc)), "error.txt")
+        self.client.set_terminated(self.run_id, "FAILED")

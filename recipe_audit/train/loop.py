@@ -1,0 +1,219 @@
+"""One rerun: seed, build, fine-tune with an ``accelerate`` loop, score every audit set.
+
+The same function runs in one process on a CPU, or under ``accelerate launch`` on several
+devices (the data loader is sharded by ``Accelerator.prepare``; every process scores the full audit sets and the main process logs them).
+Everything that depends on the seed (initialisation, data order, dropout) is seeded here.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..config import AuditConfig, ModelConfig, RecipeConfig, TaskConfig
+from .models import build_model, build_tokenizer
+from .tasks import Example, TaskData, majority_rate
+
+
+class RecipeError(ValueError):
+    """The recipe cannot be run as configured (one sentence)."""
+
+
+OPTIMIZERS = ("adamw", "adam", "sgd")
+SCHEDULES = ("constant", "linear", "cosine")
+
+
+@dataclass(frozen=True)
+class AuditScore:
+    accuracy: float
+    majority_rate: float  # accuracy of the best constant predictor on this audit set
+    pred_mode_share: float  # share of predictions equal to the model's most common prediction
+    n: int
+
+
+@dataclass(frozen=True)
+class RerunResult:
+    seed: int
+    audits: dict[str, AuditScore]
+    train_loss: list[float] = field(repr=False)
+    train_seconds: float
+    steps: int
+    model: object = field(default=None, repr=False, compare=False)
+    tokenizer: object = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Encoded:
+    input_ids: object  # LongTensor (n, L)
+    attention_mask: object
+    labels: object
+
+
+@dataclass
+class PreparedTask:
+    """A task tokenised once for a model; shared by every rerun of a sweep in one process."""
+
+    task: TaskData
+    tokenizer: object
+    train: Encoded
+    audits: dict[str, Encoded]
+
+
+_PREPARED: dict[tuple, PreparedTask] = {}
+
+
+def _encode(tokenizer, examples: tuple[Example, ...], max_length: int) -> Encoded:
+    import torch
+
+    texts = [ex.text for ex in examples]
+    pairs = [ex.text_pair for ex in examples] if examples and examples[0].text_pair is not None else None
+    enc = tokenizer(texts, pairs, padding="longest", truncation=True, max_length=max_length,
+                    return_tensors="pt")
+    return Encoded(enc["input_ids"], enc["attention_mask"],
+                   torch.tensor([ex.label for ex in examples], dtype=torch.long))
+
+
+def prepare_task(tcfg: TaskConfig, mcfg: ModelConfig) -> PreparedTask:
+    """Build (or reuse) the task's data and tokenised tensors for this model."""
+    from .tasks import build_task
+
+    key = (repr(tcfg), mcfg.kind, mcfg.name_or_path, mcfg.max_length)
+    if key not in _PREPARED:
+        task = build_task(tcfg)
+        tok = build_tokenizer(mcfg, task)
+        _PREPARED[key] = PreparedTask(
+            task, tok, _encode(tok, task.train, mcfg.max_length),
+            {name: _encode(tok, exs, mcfg.max_length) for name, exs in task.audits.items()},
+        )
+    return _PREPARED[key]
+
+
+def select_audits(task: TaskData, audit: AuditConfig) -> list[str]:
+    names = list(task.audits) if list(audit.sets) == ["all"] else list(audit.sets)
+    unknown = [n for n in names if n not in task.audits]
+    if unknown:
+        raise RecipeError(f"Task '{task.name}' has no audit set {unknown}; it has {sorted(task.audits)}.")
+    return names
+
+
+_ACCELERATOR = None
+
+
+def get_accelerator():
+    """One ``Accelerator`` per process (its state is a process-wide singleton anyway)."""
+    global _ACCELERATOR
+    if _ACCELERATOR is None:
+        from accelerate import Accelerator
+
+        _ACCELERATOR = Accelerator()
+    return _ACCELERATOR
+
+
+def _check_recipe(recipe: RecipeConfig) -> None:
+    if recipe.optimizer not in OPTIMIZERS:
+        raise RecipeError(f"Unknown optimizer '{recipe.optimizer}'; choose from {list(OPTIMIZERS)}.")
+    if recipe.schedule not in SCHEDULES:
+        raise RecipeError(f"Unknown schedule '{recipe.schedule}'; choose from {list(SCHEDULES)}.")
+    if not (recipe.lr > 0 and math.isfinite(recipe.lr)):
+        raise RecipeError(f"recipe.lr must be a positive number, not {recipe.lr}.")
+    if recipe.batch_size < 1 or recipe.epochs < 1 or (recipe.max_steps is not None and recipe.max_steps < 1):
+        raise RecipeError("recipe.batch_size, recipe.epochs and recipe.max_steps must be positive.")
+
+
+def train_rerun(
+    seed: int,
+    model_cfg: ModelConfig,
+    recipe: RecipeConfig,
+    prepared: PreparedTask,
+    audit_names: list[str],
+    eval_batch_size: int = 256,
+    progress: bool = True,
+    keep_model: bool = False,
+    on_step: Callable[[int, float], None] | None = None,
+) -> RerunResult:
+    """Fine-tune one seed of a recipe and score it on ``audit_names``."""
+    import torch
+    from accelerate.utils import set_seed
+    from torch.utils.data import DataLoader, TensorDataset
+    from tqdm.auto import tqdm
+    from transformers import get_scheduler
+
+    _check_recipe(recipe)
+    accelerator = get_accelerator()
+    t0 = time.perf_counter()
+    set_seed(seed)  # python, numpy, torch: initialisation and dropout
+    model = build_model(model_cfg, recipe.lora, prepared.tokenizer, prepared.task.num_labels)
+    tr = prepared.train
+    loader = DataLoader(
+        TensorDataset(tr.input_ids, tr.attention_mask, tr.labels), batch_size=recipe.batch_size,
+        shuffle=True, generator=torch.Generator().manual_seed(seed),  # data order
+    )
+    params = [p for p in model.parameters() if p.requires_grad]
+    if recipe.optimizer == "sgd":
+        opt = torch.optim.SGD(params, lr=recipe.lr, momentum=recipe.betas[0], weight_decay=recipe.weight_decay)
+    else:
+        cls = torch.optim.AdamW if recipe.optimizer == "adamw" else torch.optim.Adam
+        opt = cls(params, lr=recipe.lr, betas=tuple(recipe.betas), weight_decay=recipe.weight_decay)
+    steps_per_epoch = math.ceil(len(loader) / accelerator.num_processes)
+    total = recipe.max_steps or recipe.epochs * steps_per_epoch
+    sched = get_scheduler(recipe.schedule, opt, num_warmup_steps=int(recipe.warmup_ratio * total),
+                          num_training_steps=total)
+    model, opt, loader, sched = accelerator.prepare(model, opt, loader, sched)
+
+    losses: list[float] = []
+    bar = tqdm(total=total, desc=f"seed {seed}", leave=False, dynamic_ncols=True,
+               disable=not progress or not accelerator.is_local_main_process)
+    model.train()
+    step = 0
+    while step < total:
+        for input_ids, mask, labels in loader:
+            out = model(input_ids=input_ids, attention_mask=mask, labels=labels)
+            accelerator.backward(out.loss)
+            if recipe.grad_clip:
+                accelerator.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            loss = float(out.loss.detach())
+            losses.append(loss)
+            step += 1
+            if on_step is not None:
+                on_step(step, loss)
+            bar.update(1)
+            if step % 10 == 0:
+                bar.set_postfix(loss=f"{loss:.3f}")
+            if step >= total:
+                break
+    bar.close()
+    train_seconds = time.perf_counter() - t0
+
+    model.eval()
+    scores = {name: _score(accelerator, model, prepared.audits[name], prepared.task, name, eval_batch_size)
+              for name in audit_names}
+    return RerunResult(seed, scores, losses, train_seconds, step,
+                       model=accelerator.unwrap_model(model) if keep_model else None,
+                       tokenizer=prepared.tokenizer if keep_model else None)
+
+
+def _score(accelerator, model, enc: Encoded, task: TaskData, name: str, batch_size: int) -> AuditScore:
+    import torch
+
+    preds = []
+    with torch.inference_mode():
+        for i in range(0, len(enc.labels), batch_size):
+            logits = model(input_ids=enc.input_ids[i:i + batch_size].to(accelerator.device),
+                           attention_mask=enc.attention_mask[i:i + batch_size].to(accelerator.device)).logits
+            preds.append(logits.argmax(-1).cpu())
+    pred = torch.cat(preds).numpy()
+    labels = enc.labels.numpy()
+    counts = np.bincount(pred, minlength=task.num_labels)
+    return AuditScore(
+        accuracy=float((pred == labels).mean()),
+        majority_rate=majority_rate(task.audits[name], task.num_labels),
+        pred_mode_share=float(counts.max() / len(pred)),
+        n=len(labels),
+    )
