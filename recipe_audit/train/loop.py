@@ -23,6 +23,11 @@ class RecipeError(ValueError):
     """The recipe cannot be run as configured (one sentence)."""
 
 
+class NonFiniteLossError(FloatingPointError):
+    """Training diverged: the loss became NaN or infinite. The rerun stops and is recorded as
+    failed (SPEC 1.2: a rerun that produced NaN/inf did not finish)."""
+
+
 OPTIMIZERS = ("adamw", "adam", "sgd")
 SCHEDULES = ("constant", "linear", "cosine")
 
@@ -180,6 +185,9 @@ def train_rerun(
             opt.zero_grad(set_to_none=True)
             loss = float(out.loss.detach())
             losses.append(loss)
+            if not math.isfinite(loss):
+                bar.close()
+                raise NonFiniteLossError(f"training loss became {loss} at step {step + 1}")
             step += 1
             if on_step is not None:
                 on_step(step, loss)

@@ -1,0 +1,128 @@
+"""Input checks shared by the stats modules; every failure is one-sentence StatsInputError."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .errors import StatsInputError
+
+
+def _fmt(x) -> str:
+    if isinstance(x, (float, np.floating)):
+        return repr(float(x))
+    if isinstance(x, (np.integer,)):
+        return str(int(x))
+    return repr(x)
+
+
+def as_count(name: str, value) -> np.ndarray:
+    """Return ``value`` as an int64 array, rejecting bools, non-numbers and non-whole numbers."""
+    if isinstance(value, (bool, np.bool_)):
+        raise StatsInputError(f"{name} must be a whole number, got the boolean {value}.")
+    arr = np.asarray(value)
+    if arr.dtype == np.bool_:
+        raise StatsInputError(f"{name} must hold whole numbers, got booleans.")
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind != "f":
+        raise StatsInputError(f"{name} must be a whole number, got {value!r}.")
+    bad = ~np.isfinite(arr) | (arr != np.round(arr))
+    if np.any(bad):
+        first = arr[bad].flat[0]
+        raise StatsInputError(f"{name} must be a whole number, got {_fmt(first)}.")
+    if np.any(np.abs(arr) > 2**53):
+        raise StatsInputError(f"{name} is too large to be a count of reruns.")
+    return arr.astype(np.int64)
+
+
+def check_counts(k, n) -> tuple[np.ndarray, np.ndarray]:
+    """Validate failures ``k`` and reruns ``n`` (0 <= k <= n, n >= 1) and return int64 arrays."""
+    k_arr = as_count("failures k", k)
+    n_arr = as_count("reruns n", n)
+    try:
+        kb, nb = np.broadcast_arrays(k_arr, n_arr)
+    except ValueError:
+        raise StatsInputError(
+            f"failures k (shape {k_arr.shape}) and reruns n (shape {n_arr.shape}) do not broadcast."
+        ) from None
+    if np.any(nb < 1):
+        raise StatsInputError(f"reruns n must be at least 1, got {int(nb[nb < 1].flat[0])}.")
+    if np.any(kb < 0):
+        raise StatsInputError(f"failures k cannot be negative, got {int(kb[kb < 0].flat[0])}.")
+    over = kb > nb
+    if np.any(over):
+        raise StatsInputError(
+            f"failures k ({int(kb[over].flat[0])}) cannot exceed reruns n ({int(nb[over].flat[0])})."
+        )
+    return k_arr, n_arr
+
+
+def check_prob(name: str, value) -> np.ndarray:
+    """Validate a probability strictly inside (0, 1); return a float64 array."""
+    if isinstance(value, (bool, np.bool_)):
+        raise StatsInputError(f"{name} must be a number strictly between 0 and 1, got {value}.")
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise StatsInputError(f"{name} must be a number strictly between 0 and 1, got {value!r}.") from None
+    bad = ~((arr > 0.0) & (arr < 1.0))
+    if np.any(bad):
+        first = arr[bad].flat[0]
+        raise StatsInputError(f"{name} must lie strictly between 0 and 1, got {_fmt(first)}.")
+    return arr
+
+
+def check_scalar_prob(name: str, value) -> float:
+    """Like :func:`check_prob` but for a single number; returns a Python float."""
+    arr = check_prob(name, value)
+    if arr.ndim != 0:
+        raise StatsInputError(f"{name} must be a single number, got an array of shape {arr.shape}.")
+    return float(arr)
+
+
+def check_positive_int(name: str, value, minimum: int = 1) -> int:
+    """Validate a Python/numpy integer >= ``minimum`` and return it as ``int``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise StatsInputError(f"{name} must be an integer, got {value!r}.")
+    if int(value) < minimum:
+        raise StatsInputError(f"{name} must be at least {minimum}, got {int(value)}.")
+    return int(value)
+
+
+def check_tau(tau) -> float:
+    """Validate the release bar: one finite number."""
+    if isinstance(tau, (bool, np.bool_)):
+        raise StatsInputError(f"the release bar tau must be a finite number, got {tau}.")
+    try:
+        t = float(tau)
+    except (TypeError, ValueError):
+        raise StatsInputError(f"the release bar tau must be a finite number, got {tau!r}.") from None
+    if not np.isfinite(t):
+        raise StatsInputError(f"the release bar tau must be a finite number, got {t}.")
+    return t
+
+
+def check_metrics(metrics) -> np.ndarray:
+    """Return metrics as a 1-D float64 array (NaN/inf allowed: they mark unusable reruns)."""
+    try:
+        arr = np.asarray(metrics, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise StatsInputError(
+            "metrics must be a 1-D sequence of numbers (NaN marks an unfinished rerun)."
+        ) from None
+    if arr.ndim != 1:
+        raise StatsInputError(f"metrics must be a 1-D array, got {arr.ndim} dimensions.")
+    return arr
+
+
+def make_rng(rng) -> tuple[np.random.Generator, int | None, str]:
+    """Turn ``rng`` (Generator, int seed or None meaning seed 0) into a Generator plus provenance."""
+    if isinstance(rng, np.random.Generator):
+        return rng, None, f"caller-supplied numpy Generator({type(rng.bit_generator).__name__})"
+    if rng is None:
+        return np.random.default_rng(0), 0, "numpy default_rng(0) (no rng given: fixed default seed)"
+    if isinstance(rng, (bool, np.bool_)) or not isinstance(rng, numbers.Integral) or int(rng) < 0:
+        raise StatsInputError(f"rng must be a numpy Generator or a non-negative integer seed, got {rng!r}.")
+    return np.random.default_rng(int(rng)), int(rng), f"numpy default_rng({int(rng)})"

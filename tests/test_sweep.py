@@ -1,0 +1,101 @@
+"""End to end: `python -m recipe_audit -m` in a subprocess, checked in the MLflow store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SMALL, run_app
+
+from recipe_audit import keys
+
+
+def _runs(uri):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("recipe_audit")
+    return client, client.search_runs([exp.experiment_id], max_results=1000)
+
+
+def test_multirun_logs_every_rerun_nested_under_its_sweep(tmp_path, store):
+    proc = run_app(["-m", "seed=0,1", "recipe.lr=0.003,1e9", f"hydra.sweep.dir={tmp_path}/sweep",
+                    "tracking.card_on_multirun_end=false", *SMALL], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    client, runs = _runs(store)
+    sweeps = [r for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_SWEEP]
+    reruns = [r for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_RERUN]
+    assert len(sweeps) == 1 and len(reruns) == 4
+    parent = sweeps[0]
+    assert parent.info.status == "FINISHED"
+    assert json.loads(parent.data.tags[keys.TAG_PLANNED_SEEDS]) == [0, 1]
+    for r in reruns:
+        tags = r.data.tags
+        assert tags[keys.TAG_PARENT] == parent.info.run_id
+        assert tags[keys.TAG_SWEEP_ID] == parent.data.tags[keys.TAG_SWEEP_ID]
+        assert tags[keys.TAG_SEED] == r.data.params["seed"]
+        assert tags[keys.TAG_MODEL] == "tiny_bert" and tags[keys.TAG_TASK] == "sentiment"
+        assert r.data.params["recipe.lr"] in ("0.003", "1000000000.0")
+        assert r.data.params["model.hidden_size"] == "64"  # flattened resolved config
+    ok = [r for r in reruns if r.data.params["recipe.lr"] == "0.003"]
+    bad = [r for r in reruns if r.data.params["recipe.lr"] != "0.003"]
+    # one identity per recipe, whatever the seed; another recipe, another identity
+    assert len({r.data.tags[keys.TAG_RECIPE_ID] for r in ok}) == 1
+    assert len({r.data.tags[keys.TAG_RECIPE_ID] for r in reruns}) == 2
+    for r in ok:
+        assert r.info.status == "FINISHED"
+        m = r.data.metrics
+        for audit in ("calibration", "shift_restaurants", "shift_gadgets"):
+            assert 0 <= m[keys.accuracy_key(audit)] <= 1
+            assert 0.5 <= m[keys.majority_rate_key(audit)] <= 1
+        assert m[keys.METRIC_TRAIN_SECONDS] > 0
+        hist = client.get_metric_history(r.info.run_id, keys.METRIC_TRAIN_LOSS)
+        assert [h.step for h in hist] == list(range(1, 13))
+        arts = {a.path for a in client.list_artifacts(r.info.run_id)}
+        assert "config.yaml" in arts
+    for r in bad:  # a rerun that raised: FAILED, with its error, and the sweep went on
+        assert r.info.status == "FAILED"
+        assert "NonFiniteLossError" in r.data.tags[keys.TAG_ERROR]
+        assert keys.accuracy_key("calibration") not in r.data.metrics
+
+
+def test_single_run_and_default_store_location(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    proc = run_app(["seed=5", *SMALL], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    db = tmp_path / "mlruns" / "mlflow.db"
+    assert db.is_file()
+    client, runs = _runs(f"sqlite:///{db}")
+    assert len(runs) == 1 and runs[0].data.tags[keys.TAG_SEED] == "5"
+    assert keys.TAG_PARENT not in runs[0].data.tags
+    assert (tmp_path / "mlruns" / "artifacts").is_dir()
+
+
+def test_tracking_uri_override_wins_over_environment(tmp_path, store):
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    proc = run_app([f"tracking.uri={other}", *SMALL], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(_runs(other)[1]) == 1
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["model=nope"], "nope"),
+        (["recipe.lrr=0.1"], "lrr"),
+        (["seed=abc"], "seed"),
+        (["-m", "seed=a,b"], "seed"),
+        (["task.options.train_domain=mars"], "mars"),
+        (["audit.eps=1.5"], "audit.eps"),
+        (["audit.sets=[calibration,nowhere]"], "nowhere"),
+        (["tracking.uri=http://127.0.0.1:9"], "not reachable"),
+        (["tracking.uri=sqlite:////proc/forbidden/mlflow.db"], "tracking store"),
+        (["model=hf", "model.name_or_path=/nonexistent/dir"], "Cannot load"),
+    ],
+)
+def test_bad_input_is_one_sentence(tmp_path, store, args, needle):
+    proc = run_app([*args, *SMALL, f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path, timeout=120)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    assert needle in proc.stderr
