@@ -66,5 +66,6 @@ class RecipeCardCallback(Callback):
         if OmegaConf.select(config, "tracking.card_on_multirun_end", default=True):
             from .cards.sweep import cards_for_sweep
 
-            cards_for_sweep(self.sweep, OmegaConf.to_container(config.audit, resolve=True))
+            cards_for_sweep(self.sweep, OmegaConf.to_container(config.audit, resolve=True),
+                            Path(str(config.hydra.sweep.dir)))
         self.sweep = None

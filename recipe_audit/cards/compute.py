@@ -1,0 +1,105 @@
+"""Cards from a tracking store alone: read the reruns, resolve them per seed, build the card.
+
+This is the one place that turns "experiment + keys + options" into a card document; the
+Hydra callback and the ``recipe-audit card`` command both call :func:`compute_cards`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import keys, stats
+from .build import CardError, CardOptions, Cell, build_document, cell_from_rerun_set, summarise_recipe
+
+# params read along with the reruns to describe the recipe on the card
+SUMMARY_PARAMS = ("recipe.name", "model.name", "task.name", "recipe.optimizer", "recipe.lr", "recipe.schedule",
+                  "recipe.warmup_ratio", "recipe.epochs", "recipe.max_steps", "recipe.batch_size",
+                  "recipe.lora.enabled", "recipe.lora.r", "recipe.lora.alpha", "recipe.lora.target_modules")
+
+
+@dataclass(frozen=True)
+class CardRequest:
+    """Where the reruns are and how to read them (bring-your-own runs name their own keys)."""
+
+    experiment: str
+    metric: str = keys.DEFAULT_METRIC
+    tracking_uri: str | None = None
+    seed_key: str = "tags." + keys.TAG_SEED
+    group_by: tuple[str, ...] = ()
+    recipe_id: str | None = None  # keep only this recipe
+    sweep_id: str | None = None  # keep only the reruns of this sweep
+    planned_seeds: tuple[int, ...] | None = None
+    stale_after_s: float = 86400.0
+
+
+def _metric_name(metric: str) -> str:
+    return metric[len("metrics."):] if metric.startswith("metrics.") else metric
+
+
+def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = False,
+                  responsiveness: bool = False, n_splits: int = 1000, rng_seed: int = 0) -> dict[str, Any]:
+    """The card document for every cell of ``req`` at every τ of ``opts``."""
+    from ..query import QueryError, collect_reruns, read_runs
+
+    metric = _metric_name(req.metric)
+    extra = [f"params.{p}" for p in SUMMARY_PARAMS] + ["tags." + keys.TAG_SWEEP_ID]
+    try:
+        frame = read_runs(req.tracking_uri, req.experiment, [metric], seed_key=req.seed_key,
+                          group_by=list(req.group_by), extra_keys=extra)
+    except QueryError as exc:
+        raise CardError(str(exc)) from None
+    if req.recipe_id is not None:
+        frame = frame[frame["recipe_id"] == req.recipe_id]
+        if frame.empty:
+            raise CardError(f"No rerun of recipe '{req.recipe_id}' in experiment '{req.experiment}'.")
+    if req.sweep_id is not None:
+        frame = frame[frame["tags." + keys.TAG_SWEEP_ID] == req.sweep_id]
+        if frame.empty:
+            raise CardError(f"No rerun of sweep '{req.sweep_id}' in experiment '{req.experiment}'.")
+    try:
+        sets = collect_reruns(frame, metric, higher_is_better=opts.higher_is_better,
+                              planned_seeds=req.planned_seeds, stale_after_s=req.stale_after_s,
+                              group_by=list(req.group_by))
+    except QueryError as exc:
+        raise CardError(str(exc)) from None
+    cells: list[Cell] = []
+    for rs in sets:
+        rows = frame[frame["run_id"].isin([r for r in rs.run_ids if r])]
+        params = {}
+        if len(rows):
+            first = rows.iloc[0]
+            params = {p: first.get(f"params.{p}") for p in SUMMARY_PARAMS}
+        cells.append(cell_from_rerun_set(rs, summarise_recipe(params)))
+    source = {
+        "tracking_uri": frame.attrs.get("uri"), "experiment": req.experiment, "metric": metric,
+        "seed_key": req.seed_key, "group_by": list(req.group_by), "recipe_id": req.recipe_id,
+        "sweep_id": req.sweep_id, "read_path": frame.attrs.get("path"),
+    }
+    doc = build_document(cells, opts, source)
+    if split_audit or responsiveness:
+        _add_split_audit(doc, cells, opts, split_audit, responsiveness, n_splits, rng_seed)
+    return doc
+
+
+def _add_split_audit(doc, cells: Sequence[Cell], opts: CardOptions, split_audit: bool,
+                     responsiveness: bool, n_splits: int, rng_seed: int) -> None:
+    usable = [c for c in cells if c.shift_refusal is None]
+    audit_cells = [stats.AuditCell(c.values, t) for c in usable for t in opts.taus]
+    if not audit_cells:
+        return
+    if split_audit:
+        res = stats.held_out_split_audit(audit_cells, opts.eps, opts.delta, n_splits=n_splits,
+                                         rng=np.random.default_rng(rng_seed),
+                                         higher_is_better=opts.higher_is_better)
+        doc["split_audit"] = res.to_dict()
+    if responsiveness:
+        n_max = max(c.n for c in audit_cells)
+        sizes = sorted({int(s) for s in np.linspace(2, n_max, num=min(12, max(n_max - 1, 1)))})
+        res = stats.evidence_responsiveness(audit_cells, sizes, n_splits=n_splits, eps=opts.eps,
+                                            delta=opts.delta, rng=np.random.default_rng(rng_seed),
+                                            higher_is_better=opts.higher_is_better)
+        doc["responsiveness"] = res.to_dict()

@@ -1,0 +1,63 @@
+"""Cards at the end of a multirun (called by the Hydra callback): from the tracking store."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import keys
+from .build import CardError, CardOptions
+from .compute import CardRequest, compute_cards
+from .render import GRID_HEADER, text_table, verdict_table
+from .store import log_card_runs, render_files
+
+
+def story(doc: dict[str, Any]) -> list[str]:
+    """Sentences for the cells where common practice and the card disagree."""
+    out = []
+    for e in doc["cells"]:
+        st = e.get("rule_statistics") or {}
+        if e["rules"]["mean"] and not e["rules"]["card"]:
+            out.append(f"{e['label']} at τ = {e['tau']:g}: the mean ({st.get('mean', float('nan')):.3f}) ships, "
+                       f"but {e['n_failures']} of {e['n_reruns']} reruns failed and the card says "
+                       f"{e['verdict']} (U = {e['upper_bound']:.3f} > ε = {e['eps']}).")
+        elif e["rules"]["card"] and not e["rules"]["mean"]:
+            out.append(f"{e['label']} at τ = {e['tau']:g}: the card supports release while the mean does not.")
+    return out
+
+
+def print_summary(doc: dict[str, Any], files: dict[str, Path] | None = None, stream=None) -> None:
+    stream = stream or sys.stdout
+    print("\nRecipe cards (" + doc["source"]["metric"] + f", ε = {doc['options']['eps']}, "
+          f"δ = {doc['options']['delta']}):", file=stream)
+    print(text_table(verdict_table(doc), GRID_HEADER), file=stream)
+    for line in story(doc):
+        print("  " + line, file=stream)
+    if files:
+        print(f"Card: {files['markdown']}", file=stream)
+        hists = [str(p) for k, p in files.items() if k.startswith("hist_")]
+        if hists:
+            print("Histogram: " + ", ".join(hists), file=stream)
+
+
+def cards_for_sweep(sweep, audit: dict[str, Any], sweep_dir: Path | None = None) -> dict[str, Any] | None:
+    """Compute, write and log the cards of one sweep; print the verdict table. A sweep whose
+    reruns cannot make a card reports why in one sentence and does not fail the multirun."""
+    opts = CardOptions(taus=tuple(float(t) for t in audit.get("taus", [0.7])), eps=float(audit.get("eps", 0.1)),
+                       delta=float(audit.get("delta", 0.1)),
+                       higher_is_better=bool(audit.get("higher_is_better", True)),
+                       unfinished=str(audit.get("unfinished", "fail")))
+    req = CardRequest(experiment=sweep.experiment_name, tracking_uri=sweep.tracking_uri,
+                      metric=keys.accuracy_key(audit.get("primary", keys.DEFAULT_AUDIT)),
+                      sweep_id=sweep.sweep_id, planned_seeds=tuple(sweep.planned_seeds))
+    try:
+        doc = compute_cards(req, opts)
+        files = render_files(doc, (sweep_dir or Path(".")) / "card", stem="card") if sweep_dir else None
+        run_ids = log_card_runs(doc, sweep.tracking_uri, sweep.experiment_name)
+    except CardError as exc:
+        print(f"recipe_audit: no card for sweep {sweep.sweep_id}: {exc}", file=sys.stderr)
+        return None
+    print_summary(doc, files)
+    print(f"Card runs in MLflow: {', '.join(run_ids)}")
+    return doc
