@@ -23,7 +23,7 @@ def _f(x: Any, nd: int = 3) -> str:
     return "—" if x is None else f"{x:.{nd}f}"
 
 
-def cell_groups(doc: dict[str, Any]) -> "OrderedDict[tuple, list[dict]]":
+def cell_groups(doc: dict[str, Any]) -> OrderedDict[tuple, list[dict]]:
     """Entries grouped by cell (recipe, group, audit set), in document order."""
     out: OrderedDict[tuple, list[dict]] = OrderedDict()
     for e in doc["cells"]:

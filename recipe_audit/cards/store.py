@@ -97,7 +97,7 @@ def log_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str) -> li
     run_ids = []
     import time
 
-    for i, (_key, entries) in enumerate(cell_groups(doc).items()):
+    for entries in cell_groups(doc).values():
         cell_doc = {**doc, "cells": entries}
         cell_doc.pop("split_audit", None)
         cell_doc.pop("responsiveness", None)
