@@ -88,7 +88,8 @@ class Cell:
     def label(self) -> str:
         parts = [f"{k.split('.')[-1]}={v}" for k, v in self.group.items()]
         if self.recipe_id:
-            parts.insert(0, f"recipe {self.recipe_id[:8]}")
+            name = self.recipe_summary.split(":", 1)[0] if self.recipe_summary else "recipe"
+            parts.insert(0, f"{name} [{self.recipe_id[:8]}]")
         return ", ".join(parts) or "all runs"
 
 

@@ -1,0 +1,127 @@
+"""The `recipe-audit` command-line contract: keys, verdict strings, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import synthetic_sweep
+from scipy import stats as sps
+
+from recipe_audit.cli import main
+from recipe_audit.stats import VERDICTS
+
+
+def _cli(args, capsys):
+    """Run the CLI in-process; argparse-level errors exit through SystemExit like the real thing."""
+    try:
+        rc = main(args)
+    except SystemExit as exc:
+        rc = exc.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.mark.parametrize("k, n", [(0, 1), (0, 22), (6, 59), (59, 59), (3, 10)])
+def test_bound_json(k, n, capsys):
+    rc, out, _ = _cli(["bound", "--failures", str(k), "--reruns", str(n), "--json"], capsys)
+    assert rc == 0
+    d = json.loads(out)
+    assert {"upper_bound", "lower_bound", "sample_floor", "verdict"} <= set(d)
+    up = 1.0 if k == n else sps.beta.ppf(0.9, k + 1, n - k)
+    lo = 0.0 if k == 0 else sps.beta.ppf(0.1, k, n - k + 1)
+    assert d["upper_bound"] == pytest.approx(up, rel=1e-10)
+    assert d["lower_bound"] == pytest.approx(lo, rel=1e-10, abs=1e-15)
+    assert d["sample_floor"] == 22 and d["verdict"] in VERDICTS
+
+
+def test_bound_through_console_script():
+    proc = subprocess.run([sys.executable, "-m", "recipe_audit.cli", "bound", "-k", "0", "-n", "59",
+                           "--eps", "0.05", "--delta", "0.05", "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["verdict"] == "release-supported"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["bound", "-k", "7", "-n", "5"], "exceed"),
+    (["bound", "-k", "0", "-n", "0"], "reruns"),
+    (["bound", "-k", "1", "-n", "5", "--eps", "1.5"], "between 0 and 1"),
+    (["bound", "-k", "1", "-n", "5", "--delta", "0"], "between 0 and 1"),
+    (["bound", "-k", "x", "-n", "5"], "whole number"),
+    (["card", "--experiment-name", "exp", "--tau", "abc"], "not a number"),
+])
+def test_bad_bound_and_option_input(args, needle, capsys):
+    rc, out, err = _cli(args, capsys)
+    assert rc == 2 and needle in err and err.count("\n") == 1 and not out
+
+
+def test_card_json_contract(store, tmp_path, capsys):
+    synthetic_sweep(store, {s: (0.9 if s % 5 else 0.5) for s in range(40)})
+    path = tmp_path / "card.json"
+    rc, out, err = _cli(["card", "--experiment-name", "exp", "--tau", "0.7", "0.95", "--json", str(path),
+                         "--out", str(tmp_path / "md")], capsys)
+    assert rc == 0, err
+    doc = json.loads(path.read_text())
+    assert len(doc["cells"]) == 2
+    for e in doc["cells"]:
+        assert {"group", "n_reruns", "n_failures", "tau", "upper_bound", "lower_bound", "verdict", "rules"} <= set(e)
+        assert set(e["rules"]) == {"mean", "median", "bootstrap", "mean_minus_2sd", "card"}
+        assert e["verdict"] in VERDICTS
+    assert doc["cells"][0]["n_failures"] == 8 and doc["cells"][1]["n_failures"] == 40
+    assert "unsupported" in out and "Logged 1 card run" in out
+    assert (tmp_path / "md" / "card.md").is_file()
+
+
+def test_bring_your_own_runs(tmp_path, store, capsys):
+    """Runs logged by a user's own code: no recipe_audit tags; the user names the keys."""
+    import mlflow
+
+    mlflow.set_tracking_uri(store)
+    mlflow.set_experiment("mine")
+    for model in ("small", "large"):
+        for seed in range(25):
+            with mlflow.start_run():
+                mlflow.log_params({"seed": seed, "model_name": model})
+                mlflow.log_metric("val_acc", 0.9 if (model == "small" or seed % 4) else 0.4)
+    path = tmp_path / "c.json"
+    rc, _, err = _cli(["card", "--experiment-name", "mine", "--metric", "val_acc", "--seed-key",
+                       "params.seed", "--group-by", "params.model_name", "--json", str(path)], capsys)
+    assert rc == 0, err
+    cells = {e["group"]["params.model_name"]: e for e in json.loads(path.read_text())["cells"]}
+    assert cells["small"]["verdict"] == "release-supported" and cells["small"]["n_reruns"] == 25
+    assert cells["large"]["n_failures"] == 7 and cells["large"]["verdict"] == "strong-unsupported"
+    # computing (and logging) a card must not hide the user's runs from the next card
+    rc, _, err = _cli(["card", "--experiment-name", "mine", "--metric", "val_acc", "--seed-key",
+                       "params.seed", "--group-by", "params.model_name", "--json", str(path)], capsys)
+    assert rc == 0, err
+    assert len(json.loads(path.read_text())["cells"]) == 2
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--experiment-name", "nope"], "No experiment named 'nope'"),
+    (["--experiment-name", "exp", "--metric", "loss"], "metric 'loss'"),
+    (["--experiment-name", "exp", "--seed-key", "params.nothere"], "seed"),
+    (["--experiment-name", "exp", "--eps", "2"], "between 0 and 1"),
+    (["--experiment-name", "exp", "--unfinished", "refuse"], "refuses"),
+    (["--experiment-name", "empty"], "no runs"),
+])
+def test_card_bad_input_writes_nothing(args, needle, store, tmp_path, capsys):
+    synthetic_sweep(store, {0: 0.9, 1: 0.8}, planned=range(3))
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=store).create_experiment("empty")
+    path = tmp_path / "card.json"
+    rc, _, err = _cli(["card", *args, "--json", str(path)], capsys)
+    assert rc == 2 and needle in err, err
+    ours = [ln for ln in err.splitlines() if not ln.startswith("20")]  # MLflow's own INFO log lines
+    assert len(ours) == 1 and ours[0].startswith("recipe-audit: error: ") and "Traceback" not in err
+    assert not path.exists()
+
+
+def test_mixed_recipes_with_one_expected(store, capsys):
+    synthetic_sweep(store, {s: 0.9 for s in range(5)}, recipe_id="a" * 16)
+    synthetic_sweep(store, {s: 0.9 for s in range(5)}, recipe_id="b" * 16)
+    rc, out, err = _cli(["card", "--experiment-name", "exp", "--recipe-id", "c" * 16, "--no-log"], capsys)
+    assert rc == 2 and "No rerun of recipe" in err
