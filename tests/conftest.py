@@ -25,6 +25,7 @@ def store(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     (tmp_path / "store").mkdir()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)  # MLflow's default artifact root is relative to the working directory
     yield uri
     import mlflow
 
