@@ -10,6 +10,7 @@ The command-line contract (option names, JSON keys, verdict strings, exit codes)
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import sys
@@ -92,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--splits", type=_count, default=1000, help="random splits for the split audit")
     c.add_argument("--bootstrap", type=_count, default=2000, help="bootstrap resamples B")
     c.add_argument("--bootstrap-seed", type=_count, default=0)
+
+    for module in EXTENSIONS:
+        COMMANDS.update(importlib.import_module(module).register(sub))
     return p
 
 
@@ -153,6 +157,12 @@ def cmd_card(a: argparse.Namespace) -> int:
 
 
 COMMANDS = {"bound": cmd_bound, "card": cmd_card}
+
+# More subcommands live in their own modules: each has ``register(subparsers)`` that adds its
+# parsers (created with ``subparsers.add_parser``) and returns ``{command name: handler}``; a
+# handler takes the parsed ``argparse.Namespace`` and returns the exit status. Handlers signal
+# bad input by raising ``ValueError`` (or a subclass) with one sentence.
+EXTENSIONS: tuple[str, ...] = ()
 
 
 def main(argv: list[str] | None = None) -> int:

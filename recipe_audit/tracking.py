@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import posixpath
 import time
 import traceback
 import urllib.error
@@ -81,12 +82,21 @@ class Store:
 
     @property
     def client(self):
-        from mlflow.tracking import MlflowClient
-
-        return MlflowClient(tracking_uri=self.uri)
+        """The process's ``MlflowClient`` for this store (one per URI, made once per sweep)."""
+        return _client(self.uri)
 
 
 _STORES: dict[tuple[str, str], Store] = {}
+_CLIENTS: dict[str, Any] = {}
+
+
+def _client(uri: str):
+    client = _CLIENTS.get(uri)
+    if client is None:
+        from mlflow.tracking import MlflowClient
+
+        client = _CLIENTS[uri] = MlflowClient(tracking_uri=uri)
+    return client
 
 
 def open_store(uri: str | None, experiment_name: str) -> Store:
@@ -97,9 +107,8 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
         return _STORES[key]
     check_reachable(uri)
     from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri)
+    client = _client(uri)
     try:
         exp = client.get_experiment_by_name(experiment_name)
         if exp is None:
@@ -203,9 +212,7 @@ def start_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path, ove
 
 
 def end_sweep(info: SweepInfo, status: str = "FINISHED") -> None:
-    from mlflow.tracking import MlflowClient
-
-    MlflowClient(tracking_uri=info.tracking_uri).set_terminated(info.parent_run_id, status)
+    _client(info.tracking_uri).set_terminated(info.parent_run_id, status)
     if os.environ.get(SWEEP_ENV) == info.to_json():
         del os.environ[SWEEP_ENV]
 
@@ -253,6 +260,8 @@ class RerunLogger:
         run = self.client.create_run(store.experiment_id, run_name=f"{config['recipe']['name']}-seed{seed}",
                                      tags=tags)
         self.run_id = run.info.run_id
+        self._artifact_uri = run.info.artifact_uri
+        self._artifacts = None
         params = [Param(k, v[:6000]) for k, v in sorted(flatten(config).items())]
         for i in range(0, len(params), _MAX_PARAMS_PER_CALL):
             self.client.log_batch(self.run_id, params=params[i:i + _MAX_PARAMS_PER_CALL])
@@ -289,7 +298,27 @@ class RerunLogger:
         self.flush()
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self.client.log_text(self.run_id, text, artifact_file)
+        """Write ``text`` to the run's artifact ``artifact_file``, as ``MlflowClient.log_text``
+        does, without its per-call look-up of the run (the artifact URI came with the run)
+        and, for a local artifact store, without its temporary copy."""
+        repo = self._artifact_repo()
+        from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+
+        if type(repo) is LocalArtifactRepository:
+            path = Path(repo.artifact_dir).joinpath(*posixpath.normpath(artifact_file).split("/"))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        else:
+            self.client.log_text(self.run_id, text, artifact_file)
+
+    def _artifact_repo(self):
+        if self._artifacts is None:
+            from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+            from mlflow.utils.uri import add_databricks_profile_info_to_artifact_uri
+
+            uri = add_databricks_profile_info_to_artifact_uri(self._artifact_uri, self.store.uri)
+            self._artifacts = get_artifact_repository(uri, tracking_uri=self.store.uri)
+        return self._artifacts
 
     def log_model(self, model, tokenizer) -> None:
         """Log the trained model (or adapter) with MLflow's transformers flavor, so that
@@ -312,5 +341,5 @@ class RerunLogger:
         except Exception:  # the run is failing anyway; keep the error that matters
             pass
         self.client.set_tag(self.run_id, keys.TAG_ERROR, f"{type(exc).__name__}: {_one_line(exc)}")
-        self.client.log_text(self.run_id, "".join(traceback.format_exception(exc)), "error.txt")
+        self.log_text("".join(traceback.format_exception(exc)), "error.txt")
         self.client.set_terminated(self.run_id, "FAILED")
