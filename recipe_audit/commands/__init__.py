@@ -1,0 +1,1 @@
+"""``recipe-audit`` subcommands that live in their own modules (see ``cli.EXTENSIONS``)."""
