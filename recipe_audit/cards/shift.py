@@ -1,0 +1,131 @@
+"""Shift (SPEC 1.7): one card per audit set, and the audits side by side.
+
+A card is valid only for the audit set it was computed on. Reruns are scored at training time on
+every configured audit set: the calibration audit ``D_P`` (``calibration``), the task's domain
+shifts (``shift_*``: same task, another distribution) and, with ``audit.extra_tasks``, other tasks'
+audit sets (``<task>/<audit set>``: a task shift). :func:`compute_shift_cards` computes the card of
+each requested audit set from the same reruns and adds a ``shift`` section that puts them side by
+side per recipe and τ. A recipe that was not scored on an audit set gets ``refused-shift`` there,
+never a verdict carried over from another audit set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from .. import keys
+from .build import CardError, CardOptions, document_digest
+from .compute import CardRequest, compute_cards
+
+CALIBRATION = "calibration"
+DOMAIN = "domain"
+TASK = "task"
+
+
+def shift_kind(audit_set: str, calibration: str = keys.DEFAULT_AUDIT) -> str:
+    """``calibration`` for the calibration audit, ``task`` for another task's audit set
+    (``<task>/<set>``), ``domain`` for the rest (the task's own shifted audits)."""
+    if audit_set == calibration:
+        return CALIBRATION
+    return TASK if keys.TASK_SHIFT_SEP in audit_set else DOMAIN
+
+
+def scored_audit_sets(req: CardRequest) -> list[str]:
+    """The audit sets the request's reruns were scored on (their ``recipe_audit.audit_sets``
+    tags), the calibration audit first, then in the order the reruns list them."""
+    from ..query import QueryError, read_runs
+
+    scored_on = "tags." + keys.TAG_AUDIT_SETS
+    sweep = "tags." + keys.TAG_SWEEP_ID
+    try:
+        frame = read_runs(req.tracking_uri, req.experiment, [keys.METRIC_TRAIN_SECONDS], seed_key=req.seed_key,
+                          extra_keys=[scored_on, sweep], require_metrics=False)
+    except QueryError as exc:
+        raise CardError(str(exc)) from None
+    if req.recipe_id is not None:
+        frame = frame[frame["recipe_id"] == req.recipe_id]
+    if req.sweep_id is not None:
+        frame = frame[frame[sweep] == req.sweep_id]
+    found: dict[str, None] = {}
+    for tag in frame[scored_on].tolist():
+        if isinstance(tag, str):
+            found.update(dict.fromkeys(a for a in tag.split(",") if a))
+    if not found:
+        raise CardError(f"No rerun in experiment '{req.experiment}' says which audit sets it was scored on "
+                        f"(tag {keys.TAG_AUDIT_SETS}); name them with --audit.")
+    ordered = sorted(found, key=lambda a: (a != keys.DEFAULT_AUDIT, keys.TASK_SHIFT_SEP in a))
+    return ordered
+
+
+def compute_shift_cards(req: CardRequest, opts: CardOptions, audits: Sequence[str], **kwargs: Any) -> dict[str, Any]:
+    """One card document holding the cells of every audit set in ``audits`` (the first is the
+    calibration audit the others are compared with) and the ``shift`` section. Extra keyword
+    arguments (split audit, responsiveness) apply to the first audit set."""
+    audits = list(dict.fromkeys(audits))
+    if not audits:
+        raise CardError("Name at least one audit set.")
+    bad = [a for a in audits if not a or "," in a]
+    if bad:
+        raise CardError(f"Audit set names must be non-empty and contain no comma, not {bad[0]!r}.")
+    docs = [compute_cards(replace(req, metric=keys.accuracy_key(a)), opts, **(kwargs if i == 0 else {}))
+            for i, a in enumerate(audits)]
+    doc = dict(docs[0])
+    doc["source"] = {**docs[0]["source"], "audits": audits}
+    doc["cells"] = [e for d in docs for e in d["cells"]]
+    doc["shift"] = shift_section(doc["cells"], audits)
+    doc["digest"] = document_digest(doc)
+    return doc
+
+
+def shift_section(entries: Sequence[dict[str, Any]], audits: Sequence[str]) -> dict[str, Any]:
+    """Per recipe cell and τ, each audit set's failures/N, U and verdict, in ``audits`` order."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    for e in entries:
+        key = (e["recipe_id"], tuple(sorted(e["group"].items())), e["tau"])
+        row = rows.setdefault(key, {"recipe_id": e["recipe_id"], "label": e["label"], "group": e["group"],
+                                    "tau": e["tau"], "audits": []})
+        row["audits"].append({
+            "audit_set": e["audit_set"], "shift": shift_kind(e["audit_set"] or "", audits[0]),
+            "n_failures": e["n_failures"], "n_reruns": e["n_reruns"], "upper_bound": e["upper_bound"],
+            "verdict": e["verdict"],
+        })
+    order = {a: i for i, a in enumerate(audits)}
+    for row in rows.values():
+        row["audits"].sort(key=lambda a: order.get(a["audit_set"], len(order)))
+    return {"calibration": audits[0], "audits": list(audits), "rows": list(rows.values())}
+
+
+def _cell_text(a: dict[str, Any], bold: bool) -> str:
+    if a["n_failures"] is None:
+        return "refused-shift (not scored)"
+    u = "—" if a["upper_bound"] is None else f"{a['upper_bound']:.3f}"
+    v = f"**{a['verdict']}**" if bold else a["verdict"]
+    return f"{a['n_failures']}/{a['n_reruns']} · U {u} · {v}"
+
+
+def shift_table(shift: dict[str, Any], markdown: bool = True) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the side-by-side table: one row per recipe cell and τ, one column per
+    audit set (failures/N, upper bound U, verdict)."""
+    shown = {CALIBRATION: "calibration audit", DOMAIN: "domain shift", TASK: "task shift"}
+    header = ["recipe", "τ"] + [f"{a} ({shown[shift_kind(a, shift['calibration'])]})" for a in shift["audits"]]
+    rows = []
+    for r in shift["rows"]:
+        by = {a["audit_set"]: a for a in r["audits"]}
+        rows.append([r["label"], f"{r['tau']:g}"]
+                    + [_cell_text(by[a], markdown) if a in by else "—" for a in shift["audits"]])
+    return header, rows
+
+
+def shift_markdown(shift: dict[str, Any]) -> list[str]:
+    """The Markdown lines of the card's shift section."""
+    from .render import _md_table
+
+    header, rows = shift_table(shift)
+    return ["## Shift (SPEC 1.7): calibration audit vs target audits", "",
+            f"Each cell: failures/N · one-sided upper bound U · verdict, on that audit set alone. "
+            f"`{shift['calibration']}` is the calibration audit; a *domain shift* is the same task on "
+            f"another distribution, a *task shift* another task's audit set. A card is valid only for "
+            f"its own audit set: where a recipe was not scored the verdict is `refused-shift`.", "",
+            _md_table(header, rows), ""]

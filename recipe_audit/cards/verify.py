@@ -1,0 +1,289 @@
+"""Check a card against itself and against the tracking store it was computed from (SPEC 1.9).
+
+:func:`verify_card` recomputes the card's cells with the request and options the card records
+(``source``, ``options``) and compares, cell by cell, the reruns (run ids, seeds, metrics,
+statuses) and the numbers the card states. It says *which* thing differs:
+
+- ``hand-edited``: the card no longer matches its own content (the document digest, or a cell's
+  rerun digest over its listed reruns, is wrong), or it states numbers or verdicts that its
+  reruns, unchanged in the store, do not give;
+- ``metric-changed``: the same runs, with another metric value or status in the store;
+- ``rerun-added`` / ``rerun-removed``: the cell's set of runs differs (a seed rerun, a run
+  deleted, a planned seed logged since);
+- ``not-recomputable``: the store cannot give the card any more (experiment gone, the card
+  refuses on unfinished reruns, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from .build import CardError, CardOptions, document_digest
+
+HAND_EDITED = "hand-edited"
+METRIC_CHANGED = "metric-changed"
+RERUN_ADDED = "rerun-added"
+RERUN_REMOVED = "rerun-removed"
+NOT_RECOMPUTABLE = "not-recomputable"
+KINDS = (HAND_EDITED, METRIC_CHANGED, RERUN_ADDED, RERUN_REMOVED, NOT_RECOMPUTABLE)
+
+# numbers a card entry states that its reruns determine
+_STATED = ("n_reruns", "n_failures", "upper_bound", "lower_bound", "sample_floor", "verdict", "rules")
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # one of KINDS
+    cell: str  # which cell (label, audit set, τ), or "" for the whole card
+    message: str  # one sentence
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "cell": self.cell, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The outcome of :func:`verify_card`: ``ok`` when nothing differs."""
+
+    n_cells: int
+    digest: str
+    findings: tuple[Finding, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(f.kind for f in self.findings))
+
+    def summary(self) -> str:
+        if self.ok:
+            return (f"The card verifies: its {self.n_cells} cell(s) match the tracking store "
+                    f"(card digest {self.digest[:16]}).")
+        shown = "; ".join(f"{f.kind}: {f.message}" for f in self.findings[:4])
+        more = f"; and {len(self.findings) - 4} more" if len(self.findings) > 4 else ""
+        return f"The card does not verify ({', '.join(self.kinds)}): {shown}{more}."
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verified": self.ok, "n_cells": self.n_cells, "digest": self.digest,
+                "kinds": list(self.kinds), "findings": [f.to_dict() for f in self.findings],
+                "summary": self.summary()}
+
+
+# ------------------------------------------------------------------------------------------
+# Loading
+# ------------------------------------------------------------------------------------------
+
+
+def _is_uri(text: str) -> bool:
+    return "://" in text or text.startswith(("runs:/", "models:/", "mlflow-artifacts:/"))
+
+
+def load_card(path_or_uri: str, tracking_uri: str | None = None) -> dict[str, Any]:
+    """Read and validate a recipe card from a local file (or a directory holding ``card.json``)
+    or an artifact URI (``runs:/<run id>/card.json``, ``mlflow-artifacts:/...``, ``file://...``).
+    Raises ``CardError`` (one sentence) when there is no such file or it is not a recipe card."""
+    from .store import validate
+
+    text = str(path_or_uri)
+    path = Path(text)
+    if not _is_uri(text) or text.startswith("file://"):
+        if text.startswith("file://"):
+            from urllib.parse import unquote, urlparse
+
+            path = Path(unquote(urlparse(text).path))
+        if path.is_dir() and (path / "card.json").is_file():
+            path = path / "card.json"
+        if not path.is_file():
+            raise CardError(f"There is no card file at {text}.")
+        raw = path.read_bytes()
+    else:
+        import os
+
+        import mlflow
+
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one file: no bar on stderr
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                local = mlflow.artifacts.download_artifacts(artifact_uri=text, dst_path=tmp,
+                                                            tracking_uri=tracking_uri)
+                p = Path(local)
+                if p.is_dir():
+                    p = p / "card.json"
+                raw = p.read_bytes()
+        except Exception as exc:  # MlflowException, OSError: one sentence
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise CardError(f"Cannot read a card at {text}: {first}") from None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CardError(f"{text} is not a recipe card (not a JSON document).") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "recipe_card":
+        raise CardError(f"{text} is not a recipe card (its 'kind' is not 'recipe_card').")
+    validate(doc)
+    return doc
+
+
+# ------------------------------------------------------------------------------------------
+# Checks
+# ------------------------------------------------------------------------------------------
+
+
+def reruns_digest(reruns: Sequence[dict[str, Any]]) -> str:
+    """The digest of a card entry's listed reruns, computed as ``query.RerunSet.digest`` does."""
+    h = hashlib.sha256()
+    for r in reruns:
+        value = math.nan if r["value"] is None else float(r["value"])
+        h.update(json.dumps([r["seed"], r["run_id"], repr(value)]).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def cell_key(e: dict[str, Any]) -> tuple:
+    return (e["recipe_id"], tuple(sorted(e["group"].items())), e["audit_set"], e["metric"], float(e["tau"]))
+
+
+def cell_name(e: dict[str, Any], tau: bool = True) -> str:
+    name = f"{e.get('label') or e['recipe_id']}, audit {e['audit_set'] or e['metric']}"
+    return f"{name}, τ = {e['tau']:g}" if tau else name
+
+
+def self_check(doc: dict[str, Any]) -> list[Finding]:
+    """Findings when the card does not match its own content (no store needed)."""
+    out = []
+    if document_digest(doc) != doc["digest"]:
+        out.append(Finding(HAND_EDITED, "", "the card's digest does not match the numbers and verdicts it states"))
+    if doc.get("shift"):
+        from .shift import shift_section
+
+        if shift_section(doc["cells"], doc["shift"]["audits"]) != doc["shift"]:
+            out.append(Finding(HAND_EDITED, "", "the card's shift table does not match its cells"))
+    for e in doc["cells"]:
+        if reruns_digest(e["reruns"]) != e["digest"]:
+            out.append(Finding(HAND_EDITED, cell_name(e), f"the reruns listed for {cell_name(e)} do not match "
+                                                          f"their digest"))
+    return out
+
+
+def request_of(doc: dict[str, Any], tracking_uri: str | None = None):
+    """The ``CardRequest`` and ``CardOptions`` the card was computed with."""
+    from .compute import CardRequest
+
+    src, o = doc["source"], doc["options"]
+    planned = src.get("planned_seeds")
+    req = CardRequest(
+        experiment=src["experiment"], metric=src["metric"], tracking_uri=tracking_uri or src.get("tracking_uri"),
+        seed_key=src.get("seed_key") or CardRequest.seed_key, group_by=tuple(src.get("group_by") or ()),
+        recipe_id=src.get("recipe_id"), sweep_id=src.get("sweep_id"),
+        planned_seeds=None if planned is None else tuple(planned),
+    )
+    kw = {f.name: o[f.name] for f in fields(CardOptions) if f.name in o}
+    kw["taus"] = tuple(kw["taus"])
+    return req, CardOptions(**kw)
+
+
+def recompute(doc: dict[str, Any], tracking_uri: str | None = None) -> dict[tuple, dict[str, Any]]:
+    """The card's cells recomputed from the store, by :func:`cell_key`. Cells are independent per
+    metric and recipe, so only the card's own metrics (and its recipe, when the card holds one)
+    are read. Raises ``CardError`` when the store cannot give them."""
+    from .compute import compute_cards
+
+    req, opts = request_of(doc, tracking_uri)
+    recipes = {e["recipe_id"] for e in doc["cells"]}
+    if req.recipe_id is None and len(recipes) == 1 and None not in recipes:
+        req = replace(req, recipe_id=next(iter(recipes)))
+    out: dict[tuple, dict[str, Any]] = {}
+    for metric in dict.fromkeys(e["metric"] for e in doc["cells"]):
+        try:
+            new = compute_cards(replace(req, metric=metric), opts)
+        except CardError:
+            if req.recipe_id is None:
+                raise
+            # no rerun of the recipe is left: the experiment's other recipes show it cell by cell
+            new = compute_cards(replace(req, metric=metric, recipe_id=None), opts)
+        out.update({cell_key(e): e for e in new["cells"]})
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or abs(a - b) <= 1e-12 * max(1.0, abs(a))
+    return a == b
+
+
+def _fmt(v: Any) -> str:
+    return "none" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def compare_cell(old: dict[str, Any], new: dict[str, Any]) -> list[Finding]:
+    """What differs between a card entry and the same cell recomputed from the store."""
+    name = cell_name(old, tau=False)  # the reruns are the same at every τ
+
+    def key(r):
+        return r["run_id"] if r["run_id"] else ("never-logged", r["seed"])
+
+    before = {key(r): r for r in old["reruns"]}
+    after = {key(r): r for r in new["reruns"]}
+    out = []
+    added = [after[k] for k in after if k not in before]
+    logged_now = {r["seed"] for r in added}
+    # a planned seed that was never logged and has a run now is an addition, not a removal
+    removed = [before[k] for k in before if k not in after
+               and not (before[k]["run_id"] is None and before[k]["seed"] in logged_now)]
+
+    def seeds(rs):
+        return ", ".join(f"seed {r['seed']}" + (f" (run {r['run_id'][:12]})" if r["run_id"] else " (never logged)")
+                         for r in rs[:5]) + (" ..." if len(rs) > 5 else "")
+
+    if added:
+        out.append(Finding(RERUN_ADDED, name, f"{len(added)} rerun(s) added to {name}: {seeds(added)}"))
+    if removed:
+        out.append(Finding(RERUN_REMOVED, name, f"{len(removed)} rerun(s) of {name} no longer in the store: "
+                                                f"{seeds(removed)}"))
+    changed = []
+    for k in before.keys() & after.keys():
+        a, b = before[k], after[k]
+        if not _same(a["value"], b["value"]) or a["status"] != b["status"] or a["seed"] != b["seed"]:
+            what = (f"{_fmt(a['value'])} -> {_fmt(b['value'])}" if not _same(a["value"], b["value"])
+                    else f"status {a['status']} -> {b['status']}" if a["status"] != b["status"]
+                    else f"seed {a['seed']} -> {b['seed']}")
+            changed.append(f"seed {a['seed']} (run {str(a['run_id'])[:12]}): {what}")
+    if changed:
+        out.append(Finding(METRIC_CHANGED, name, f"{old['metric']} changed for {len(changed)} rerun(s) of {name}: "
+                                                 + "; ".join(sorted(changed)[:5])))
+    if not out and new["digest"] != old["digest"]:
+        out.append(Finding(METRIC_CHANGED, name, f"the reruns of {name} resolve differently in the store"))
+    if not out:
+        stated = [f for f in _STATED if f in old and f in new and not _same(old[f], new[f])]
+        if stated:
+            f, name = stated[0], cell_name(old)
+            out.append(Finding(HAND_EDITED, name, f"{name} states {f} = {_fmt(old[f])}, but its reruns, unchanged "
+                                                  f"in the store, give {_fmt(new[f])}"))
+    return out
+
+
+def verify_card(doc: dict[str, Any], tracking_uri: str | None = None) -> Verification:
+    """Self-check the card, recompute it from the store and compare (see the module docstring)."""
+    findings = self_check(doc)
+    try:
+        fresh = recompute(doc, tracking_uri)
+    except CardError as exc:
+        return Verification(len(doc["cells"]), doc["digest"],
+                            tuple(findings) + (Finding(NOT_RECOMPUTABLE, "", str(exc).rstrip(".")),))
+    for e in doc["cells"]:
+        new = fresh.get(cell_key(e))
+        if new is None:
+            findings.append(Finding(RERUN_REMOVED, cell_name(e),
+                                    f"no rerun of {cell_name(e)} is in the store any more"))
+            continue
+        findings.extend(compare_cell(e, new))
+    unique = tuple(dict.fromkeys(findings))  # a cell's reruns differ alike at every τ
+    return Verification(len(doc["cells"]), doc["digest"], unique)

@@ -1,0 +1,139 @@
+"""``recipe-audit attach / gate / verify``: cards on registered model versions, the release gate
+for CI, and checking a card against the tracking store.
+
+    recipe-audit attach --model-name sentiment-clf --run-id RUN --card card.json --set-alias candidate
+    recipe-audit attach --model-name sentiment-clf --version 3 --card runs:/CARD_RUN/card.json --audit shift_gadgets
+    recipe-audit gate --model-name sentiment-clf --alias candidate --audit calibration --tau 0.7
+    recipe-audit verify card.json
+
+Exit status: 0 attached / gate passed / card verifies; 1 the gate refuses or the card does not
+verify (the reason on stderr, one sentence); 2 bad input (unknown model, version, alias or run, a
+file that is not a card, a card of another recipe), one sentence, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+
+def _finite(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return v
+
+
+def _uri_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tracking-uri", default=None,
+                   help="tracking store and model registry (default: $MLFLOW_TRACKING_URI, else ./mlruns)")
+
+
+def _open(tracking_uri: str | None) -> str:
+    """The store's URI, checked: a server that answers, an existing SQLite file (a read must not
+    create an empty store where a path was mistyped)."""
+    from pathlib import Path
+
+    from ..tracking import check_reachable, resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        raise ValueError(f"There is no tracking store at {uri}.")
+    check_reachable(uri)
+    return uri
+
+
+def register(subparsers) -> dict:
+    a = subparsers.add_parser("attach", help="attach a recipe card to a registered model version")
+    a.add_argument("--model-name", required=True)
+    which = a.add_mutually_exclusive_group(required=True)
+    which.add_argument("--version", default=None, help="an existing version of the model")
+    which.add_argument("--run-id", default=None,
+                       help="register the model this rerun logged (tracking.log_model=true) as a new version")
+    a.add_argument("--card", required=True, metavar="PATH_OR_URI",
+                   help="card JSON: a file, a directory with card.json, or an artifact URI (runs:/RUN/card.json)")
+    a.add_argument("--audit", action="append", default=[], metavar="AUDIT",
+                   help="attach only the cells of this audit set (repeatable)")
+    a.add_argument("--tau", action="extend", nargs="+", type=_finite, default=[], metavar="T",
+                   help="attach only the cells at this τ")
+    a.add_argument("--recipe-id", default=None, help="the card's recipe to attach (default: the version's own)")
+    a.add_argument("--set-alias", default=None, metavar="ALIAS", help="then point this alias at the version")
+    a.add_argument("--json", action="store_true", help="print one JSON object")
+    _uri_option(a)
+
+    g = subparsers.add_parser("gate", help="release gate: exit 0 only for a release-supported card that verifies")
+    g.add_argument("--model-name", required=True)
+    which = g.add_mutually_exclusive_group(required=True)
+    which.add_argument("--version", default=None)
+    which.add_argument("--alias", default=None)
+    g.add_argument("--audit", default=None, help="audit set the release is judged on (default calibration)")
+    g.add_argument("--tau", type=_finite, default=None, help="release bar τ (default: every τ attached)")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    _uri_option(g)
+
+    v = subparsers.add_parser("verify", help="recompute a card from the tracking store and compare")
+    v.add_argument("card", metavar="PATH_OR_URI")
+    v.add_argument("--json", action="store_true", help="print one JSON object")
+    _uri_option(v)
+    return {"attach": cmd_attach, "gate": cmd_gate, "verify": cmd_verify}
+
+
+def cmd_attach(a: argparse.Namespace) -> int:
+    from ..cards.verify import load_card
+    from ..registry import attach
+
+    uri = _open(a.tracking_uri)
+    doc = load_card(a.card, uri)
+    res = attach(uri, a.model_name, doc, version=a.version, run_id=a.run_id, audits=a.audit, taus=a.tau,
+                 recipe_id=a.recipe_id, set_alias=a.set_alias)
+    if a.json:
+        print(json.dumps(res.to_dict()))
+        return 0
+    how = "registered as new version" if res.registered else "version"
+    print(f"Attached {len(res.cards)} card(s) to model '{res.model_name}' {how} {res.version}"
+          + (f" (alias '{a.set_alias}')" if a.set_alias else "") + ":")
+    for c in res.cards:
+        u = f"{float(c['upper_bound']):.3f}" if c["upper_bound"] else "—"
+        print(f"  {c['audit_set']} τ = {float(c['tau']):g}: {c['verdict']} "
+              f"({c['n_failures'] or '—'}/{c['n_reruns']}, U = {u}) -> {c['card_uri']}")
+    return 0
+
+
+def cmd_gate(a: argparse.Namespace) -> int:
+    from ..registry import gate
+
+    uri = _open(a.tracking_uri)
+    res = gate(uri, a.model_name, version=a.version, alias=a.alias, audit=a.audit, tau=a.tau)
+    if a.json:
+        print(json.dumps(res.to_dict()))
+    if res.passed:
+        if not a.json:
+            print(f"recipe-audit gate: PASS: {res.message}")
+        return 0
+    print(f"recipe-audit gate: FAIL ({res.outcome}): {res.message}", file=sys.stderr)
+    return 1
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    from ..cards.verify import load_card, verify_card
+    from ..tracking import resolve_tracking_uri
+
+    doc = load_card(a.card, resolve_tracking_uri(a.tracking_uri))
+    res = verify_card(doc, a.tracking_uri)  # default: the store the card names (its source)
+    if a.json:
+        print(json.dumps(res.to_dict()))
+    elif res.ok:
+        print(res.summary())
+    if res.ok:
+        return 0
+    if not a.json:
+        print(f"recipe-audit verify: {res.summary()}", file=sys.stderr)
+        for f in res.findings:
+            print(f"  {f.kind}: {f.message}", file=sys.stderr)
+    return 1
+

@@ -1,0 +1,505 @@
+"""Recipe cards on registered model versions, and the release gate (``recipe-audit attach`` /
+``gate``).
+
+A card is useful where the release decision is made: on the registered model version, in the
+pipeline that promotes it. :func:`attach` puts cards on a version of the MLflow model registry;
+:func:`gate` decides from them whether that version may be released.
+
+Where things live (a model version has no artifact store of its own):
+
+- the card itself: :func:`attach` logs each attached cell as an MLflow *card run* (kind ``card``,
+  in the card's experiment, tagged ``recipe_audit.attached_to = <model>/<version>``) with
+  ``card.json``, ``card.md`` and the histogram as artifacts, exactly as ``recipe-audit card``
+  logs cards; the version's tag ``...card_uri`` records ``runs:/<card run id>/card.json``;
+- the version's tags, one group per card, keyed by audit set and τ
+  (:func:`recipe_audit.keys.card_tag_stem`): ``recipe_audit.card.<audit set>.tau_<τ>.<field>``
+  for every field of :data:`CARD_FIELDS` (verdict, upper bound, N, k, τ, ε, δ, audit set, recipe
+  identity and summary, card location and digests); several cards (audit sets, τ) sit side by
+  side and attaching the same (audit set, τ) again replaces that card; the version also gets
+  ``recipe_audit.recipe_id`` (its source run's recipe identity);
+- the version's description: a table of every attached card, then the Markdown of the card
+  attached last (dropped, with a link, when it would not fit MLflow's 5,000-character column).
+
+Everything is checked before anything is written (the card, the model, version or run, the card's
+cell for the version's recipe); a failure while writing undoes what this call wrote (the version
+it registered, the tags and description it changed, the card runs it logged): nothing is left
+half-attached.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import keys, stats
+
+CARD_FIELDS = ("verdict", "upper_bound", "lower_bound", "n_reruns", "n_failures", "tau", "eps", "delta",
+               "audit_set", "metric", "recipe_id", "recipe", "reason", "card_uri", "card_digest",
+               "reruns_digest", "experiment", "source_run_in_card", "attached")
+TAG_ATTACHED_TO = keys.PREFIX + "attached_to"
+DESCRIPTION_MARKER = "<!-- recipe_audit cards: written by recipe-audit attach; text above this line is kept -->"
+MAX_DESCRIPTION = 5000  # MLflow's model_versions.description column
+MODEL_NAME = "model"  # the name RerunLogger.log_model logs the model under
+
+# gate outcomes
+PASS = "pass"
+NO_CARD = "no-card"
+REFUSED_SHIFT = "refused-shift"
+UNSUPPORTED = "unsupported"
+INSUFFICIENT = "insufficient-evidence"
+STALE = "card-does-not-verify"
+
+
+class RegistryError(ValueError):
+    """The registry request cannot be carried out (one sentence)."""
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
+def _error_code(exc: BaseException) -> str:
+    return str(getattr(exc, "error_code", ""))
+
+
+def client_for(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+
+# ------------------------------------------------------------------------------------------
+# Versions
+# ------------------------------------------------------------------------------------------
+
+
+def _registered_model(client, name: str):
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_registered_model(name)
+    except MlflowException as exc:
+        if "RESOURCE_DOES_NOT_EXIST" in _error_code(exc) or "not found" in str(exc).lower():
+            raise RegistryError(f"There is no registered model named '{name}'.") from None
+        raise RegistryError(f"Cannot read registered model '{name}': {_one_line(exc)}") from None
+
+
+def resolve_version(client, name: str, version: str | None = None, alias: str | None = None):
+    """The ``ModelVersion`` named by ``version`` or ``alias``; ``RegistryError`` (one sentence) for
+    an unknown model, version or alias."""
+    from mlflow.exceptions import MlflowException
+
+    if (version is None) == (alias is None):
+        raise RegistryError("Name the model version with --version or --alias (one of them).")
+    _registered_model(client, name)
+    try:
+        if alias is not None:
+            return client.get_model_version_by_alias(name, alias)
+        if not str(version).isdigit():
+            raise RegistryError(f"A model version is a positive whole number, not '{version}'.")
+        return client.get_model_version(name, str(version))
+    except MlflowException as exc:
+        what = f"alias '{alias}'" if alias is not None else f"version {version}"
+        if "RESOURCE_DOES_NOT_EXIST" in _error_code(exc) or "not found" in str(exc).lower() \
+                or "INVALID_PARAMETER_VALUE" in _error_code(exc):
+            raise RegistryError(f"Registered model '{name}' has no {what}.") from None
+        raise RegistryError(f"Cannot read {what} of model '{name}': {_one_line(exc)}") from None
+
+
+def logged_model_uri(client, run_id: str) -> tuple[str, str | None, Any]:
+    """(source URI, logged model id or None, run) of the model a rerun logged (``tracking.log_model
+    =true``): its MLflow 3 LoggedModel named ``model``, or an MLmodel in the run's artifacts."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise RegistryError(f"There is no run '{run_id}' in the tracking store.") from None
+    found = []
+    try:
+        page = None
+        while True:
+            models = client.search_logged_models(experiment_ids=[run.info.experiment_id],
+                                                 filter_string=f"name = '{MODEL_NAME}'", page_token=page)
+            found += [m for m in models if m.source_run_id == run_id]
+            page = models.token
+            if not page:
+                break
+    except MlflowException:
+        found = []
+    if found:
+        model = max(found, key=lambda m: m.creation_timestamp or 0)
+        return f"models:/{model.model_id}", model.model_id, run
+    try:
+        names = {a.path for a in client.list_artifacts(run_id, MODEL_NAME)}
+    except Exception:
+        names = set()
+    if f"{MODEL_NAME}/MLmodel" in names:
+        return f"runs:/{run_id}/{MODEL_NAME}", None, run
+    raise RegistryError(f"Run '{run_id}' logged no model; rerun it with tracking.log_model=true.")
+
+
+# ------------------------------------------------------------------------------------------
+# Selecting the card's cells for a version
+# ------------------------------------------------------------------------------------------
+
+
+def select_cells(doc: dict[str, Any], source_run_id: str | None, run_recipe_id: str | None, *,
+                 audits: Sequence[str] = (), taus: Sequence[float] = (), recipe_id: str | None = None,
+                 where: str = "the version") -> list[dict[str, Any]]:
+    """The entries of ``doc`` to attach to a version whose source run is ``source_run_id`` (of
+    recipe ``run_recipe_id``): the cells whose reruns include that run, else the cells of its
+    recipe; narrowed by ``audits``, ``taus`` and ``recipe_id``. ``RegistryError`` when the card
+    holds no such cell (another recipe, audit set or τ) or several cells would share one tag."""
+    cells = list(doc["cells"])
+    recipes = sorted({str(e["recipe_id"]) for e in cells})
+    if recipe_id is not None:
+        if run_recipe_id is not None and recipe_id != run_recipe_id:
+            raise RegistryError(f"--recipe-id {recipe_id} is not the recipe of {where} ({run_recipe_id}).")
+        cells = [e for e in cells if e["recipe_id"] == recipe_id]
+        if not cells:
+            raise RegistryError(f"The card holds no cell of recipe {recipe_id} (it holds {', '.join(recipes)}).")
+    elif source_run_id is not None:
+        with_run = [e for e in cells if any(r["run_id"] == source_run_id for r in e["reruns"])]
+        same_recipe = [e for e in cells if run_recipe_id is not None and e["recipe_id"] == run_recipe_id]
+        cells = with_run or same_recipe
+        if not cells:
+            raise RegistryError(
+                f"The card is of recipe {', '.join(recipes)}, not of {where}, whose source run {source_run_id} "
+                f"is of recipe {run_recipe_id or 'unknown'} and is not among the card's reruns.")
+    elif len({e["recipe_id"] for e in cells}) > 1:
+        raise RegistryError(f"{where[0].upper() + where[1:]} has no source run, and the card holds several recipes; "
+                            f"choose one with --recipe-id.")
+    if audits:
+        have = sorted({str(e["audit_set"]) for e in cells})
+        cells = [e for e in cells if e["audit_set"] in set(audits)]
+        if not cells:
+            raise RegistryError(f"The card holds no cell for audit set(s) {', '.join(audits)} of this recipe "
+                                f"(it holds {', '.join(have)}).")
+    if taus:
+        have_t = sorted({e["tau"] for e in cells})
+        cells = [e for e in cells if any(math.isclose(e["tau"], t, rel_tol=0, abs_tol=1e-12) for t in taus)]
+        if not cells:
+            raise RegistryError(f"The card holds no cell at τ = {', '.join(f'{t:g}' for t in taus)} for this recipe "
+                                f"(it holds τ = {', '.join(f'{t:g}' for t in have_t)}).")
+    stems: dict[str, dict] = {}
+    for e in cells:
+        stem = keys.card_tag_stem(e["audit_set"] or e["metric"], e["tau"])
+        if stem in stems:
+            raise RegistryError(f"The card holds several cells for audit set {e['audit_set']} at τ = {e['tau']:g} "
+                                f"(groups {stems[stem]['group']} and {e['group']}); choose one with --recipe-id.")
+        stems[stem] = e
+    return cells
+
+
+# ------------------------------------------------------------------------------------------
+# Attaching
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttachResult:
+    model_name: str
+    version: str
+    registered: bool  # a new version was registered from the run
+    cards: tuple[dict[str, str], ...]  # the fields of each attached card
+    card_run_ids: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model_name": self.model_name, "version": self.version, "registered": self.registered,
+                "cards": list(self.cards), "card_run_ids": list(self.card_run_ids)}
+
+
+def _card_fields(e: dict[str, Any], card_uri: str, card_digest: str, source_run_id: str | None,
+                 experiment: str) -> dict[str, str]:
+    def num(x):
+        return "" if x is None else repr(float(x)) if isinstance(x, float) else str(x)
+
+    return {
+        "verdict": e["verdict"], "upper_bound": num(e["upper_bound"]), "lower_bound": num(e["lower_bound"]),
+        "n_reruns": str(e["n_reruns"]), "n_failures": num(e["n_failures"]), "tau": repr(float(e["tau"])),
+        "eps": repr(float(e["eps"])), "delta": repr(float(e["delta"])), "audit_set": str(e["audit_set"] or ""),
+        "metric": e["metric"], "recipe_id": str(e["recipe_id"] or ""), "recipe": e.get("recipe_summary") or "",
+        "reason": e["reason"], "card_uri": card_uri, "card_digest": card_digest, "reruns_digest": e["digest"],
+        "experiment": experiment,
+        "source_run_in_card": str(any(r["run_id"] == source_run_id for r in e["reruns"])).lower()
+        if source_run_id else "false",
+        "attached": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def attached_cards(tags: dict[str, str]) -> dict[str, dict[str, str]]:
+    """The cards on a version, from its tags: card tag stem -> {field: value}."""
+    out: dict[str, dict[str, str]] = {}
+    for k, v in tags.items():
+        if k.startswith(keys.CARD_TAG_PREFIX) and "." in k[len(keys.CARD_TAG_PREFIX):]:
+            stem, _, name = k.rpartition(".")
+            if name in CARD_FIELDS:
+                out.setdefault(stem, {})[name] = v
+    return {s: f for s, f in out.items() if "verdict" in f and "audit_set" in f and "tau" in f}
+
+
+def _description(previous: str | None, cards: dict[str, dict[str, str]], latest_md: str, latest_uri: str) -> str:
+    from .cards.render import _md_table
+
+    kept = (previous or "").split(DESCRIPTION_MARKER)[0].rstrip()
+    rows = []
+    for f in sorted(cards.values(), key=lambda f: (f["audit_set"] != keys.DEFAULT_AUDIT, f["audit_set"],
+                                                    float(f["tau"]))):
+        u = "—" if not f.get("upper_bound") else f"{float(f['upper_bound']):.3f}"
+        k = f.get("n_failures") or "—"
+        rows.append([f"`{f['audit_set']}`", f"{float(f['tau']):g}", f"**{f['verdict']}**", f"{k}/{f['n_reruns']}",
+                     u, f"{float(f['eps']):g}", f"`{f['card_uri']}`"])
+    table = _md_table(["audit set", "τ", "verdict", "failures/N", "U", "ε", "card"], rows)
+    head = "\n\n".join(p for p in [kept, DESCRIPTION_MARKER,
+                                   "## Recipe cards on this version\n\n" + table] if p)
+    full = head + "\n\n" + latest_md
+    if len(full) <= MAX_DESCRIPTION:
+        return full
+    short = head + f"\n\nThe full card attached last: `{latest_uri}` (card.md beside it)."
+    return short[:MAX_DESCRIPTION]
+
+
+def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: str | None = None,
+           run_id: str | None = None, audits: Sequence[str] = (), taus: Sequence[float] = (),
+           recipe_id: str | None = None, set_alias: str | None = None) -> AttachResult:
+    """Attach the card ``doc`` (validated) to version ``version`` of ``model_name``, or to a new
+    version registered from the model rerun ``run_id`` logged. See the module docstring."""
+    from mlflow.exceptions import MlflowException
+
+    from .cards.render import to_markdown
+    from .cards.store import log_card_runs
+
+    if (version is None) == (run_id is None):
+        raise RegistryError("Name the model version with --version or register one with --run-id (one of them).")
+    client = client_for(tracking_uri)
+    experiment = doc["source"].get("experiment")
+    # ---- everything is checked before anything is written
+    if run_id is not None:
+        source, model_id, run = logged_model_uri(client, run_id)
+        source_run_id, where = run_id, f"run {run_id}"
+        try:
+            existing = client.get_registered_model(model_name)
+        except MlflowException:
+            existing = None
+        mv = None
+    else:
+        mv = resolve_version(client, model_name, version=version)
+        existing = True
+        source_run_id, where = mv.run_id or None, f"version {mv.version} of '{model_name}'"
+        run = None
+        if source_run_id:
+            try:
+                run = client.get_run(source_run_id)
+            except MlflowException:
+                run = None
+    run_recipe = run.data.tags.get(keys.TAG_RECIPE_ID) if run is not None else None
+    cells = select_cells(doc, source_run_id, run_recipe, audits=audits, taus=taus, recipe_id=recipe_id,
+                         where=where)
+    try:
+        exp = client.get_experiment_by_name(experiment) if experiment else None
+    except MlflowException:
+        exp = None
+    if exp is None:
+        raise RegistryError(f"The card's experiment '{experiment}' is not in the tracking store {tracking_uri}, "
+                            f"so the card cannot be kept beside its reruns.")
+    if set_alias is not None and (not set_alias or set_alias.isdigit()):
+        raise RegistryError(f"An alias must be a name, not '{set_alias}'.")
+
+    # ---- writes, undone on failure
+    created_model = created_version = False
+    card_runs: list[str] = []
+    old_tags: dict[str, str | None] = {}
+    old_description = None
+    try:
+        if run_id is not None:
+            if existing is None:
+                client.create_registered_model(model_name)
+                created_model = True
+            from .tracking import use_tracking_uri
+
+            with use_tracking_uri(tracking_uri):  # MLflow resolves a models:/ source with the global URI
+                mv = client.create_model_version(model_name, source, run_id=run_id, model_id=model_id)
+            created_version = True
+        sub = {**doc, "cells": cells}
+        for k in ("split_audit", "responsiveness", "shift"):  # about other cells
+            sub.pop(k, None)
+        from .cards.build import document_digest
+        from .cards.render import cell_groups
+
+        sub["digest"] = document_digest(sub)
+        card_runs = log_card_runs(sub, tracking_uri, experiment)
+        run_of = dict(zip(cell_groups(sub).keys(), card_runs, strict=True))
+        fields_by_stem: dict[str, dict[str, str]] = {}
+        for key, entries in cell_groups(sub).items():
+            rid = run_of[key]
+            client.set_tag(rid, TAG_ATTACHED_TO, f"{model_name}/{mv.version}")
+            cell_digest = document_digest({**sub, "cells": entries})
+            for e in entries:
+                stem = keys.card_tag_stem(e["audit_set"] or e["metric"], e["tau"])
+                fields_by_stem[stem] = _card_fields(e, f"runs:/{rid}/card.json", cell_digest, source_run_id,
+                                                    experiment)
+        current = dict(mv.tags or {})
+        old_description = mv.description
+        new_tags = {f"{stem}.{name}": value for stem, f in fields_by_stem.items() for name, value in f.items()}
+        if run_recipe:
+            new_tags[keys.TAG_RECIPE_ID] = run_recipe
+        for k, v in new_tags.items():
+            old_tags.setdefault(k, current.get(k))
+            client.set_model_version_tag(model_name, mv.version, k, v)
+        all_cards = attached_cards({**current, **new_tags})
+        latest_md = to_markdown(sub)
+        desc = _description(old_description, all_cards, latest_md, next(iter(fields_by_stem.values()))["card_uri"])
+        client.update_model_version(model_name, mv.version, description=desc)
+        if set_alias:
+            client.set_registered_model_alias(model_name, set_alias, mv.version)
+    except Exception as exc:
+        _undo(client, model_name, mv, created_model, created_version, old_tags, old_description, card_runs)
+        if isinstance(exc, (RegistryError,)):
+            raise
+        raise RegistryError(f"Attaching the card to model '{model_name}' failed and was undone: "
+                            f"{_one_line(exc)}") from None
+    return AttachResult(model_name, str(mv.version), created_version, tuple(fields_by_stem.values()),
+                        tuple(card_runs))
+
+
+def _undo(client, name, mv, created_model, created_version, old_tags, old_description, card_runs) -> None:
+    """Best effort: remove what a failed attach wrote."""
+    def quietly(fn, *args, **kw):
+        try:
+            fn(*args, **kw)
+        except Exception:
+            pass
+
+    if created_version and mv is not None:
+        quietly(client.delete_model_version, name, mv.version)
+    elif mv is not None:
+        for k, v in old_tags.items():
+            if v is None:
+                quietly(client.delete_model_version_tag, name, mv.version, k)
+            else:
+                quietly(client.set_model_version_tag, name, mv.version, k, v)
+        quietly(client.update_model_version, name, mv.version, description=old_description or "")
+    if created_model:
+        quietly(client.delete_registered_model, name)
+    for rid in card_runs:
+        quietly(client.delete_run, rid)
+
+
+# ------------------------------------------------------------------------------------------
+# The gate
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GateResult:
+    passed: bool
+    outcome: str  # PASS, NO_CARD, REFUSED_SHIFT, UNSUPPORTED, INSUFFICIENT, STALE
+    message: str  # one sentence
+    model_name: str
+    version: str
+    audit_set: str
+    tau: float | None
+    cards: tuple[dict[str, str], ...] = field(default=())
+    verification: tuple[dict[str, Any], ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "outcome": self.outcome, "message": self.message,
+                "model_name": self.model_name, "version": self.version, "audit_set": self.audit_set,
+                "tau": self.tau, "cards": list(self.cards), "verification": list(self.verification)}
+
+
+def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alias: str | None = None,
+         audit: str | None = None, tau: float | None = None) -> GateResult:
+    """Whether version ``version`` (or the one ``alias`` names) of ``model_name`` may be released on
+    audit set ``audit`` (default: the calibration audit) at ``tau`` (default: every τ attached for
+    that audit set): passes only when each such card is ``release-supported``, its tags match the
+    card they point to, and that card still verifies against the tracking store. Bad input (an
+    unknown model, version or alias) raises ``RegistryError``."""
+    from .cards.build import CardError
+    from .cards.verify import cell_key, load_card, verify_card
+
+    client = client_for(tracking_uri)
+    mv = resolve_version(client, model_name, version=version, alias=alias)
+    audit = audit or keys.DEFAULT_AUDIT
+    what = f"model '{model_name}' version {mv.version}" + (f" (alias '{alias}')" if alias else "")
+
+    def result(passed, outcome, message, cards=(), ver=()):
+        return GateResult(passed, outcome, message, model_name, str(mv.version), audit, tau, tuple(cards), tuple(ver))
+
+    cards = attached_cards(dict(mv.tags or {}))
+    if not cards:
+        return result(False, NO_CARD, f"{what} carries no recipe card; attach one with recipe-audit attach.")
+    for_audit = [f for f in cards.values() if f["audit_set"] == audit]
+    if not for_audit:
+        have = ", ".join(sorted({f["audit_set"] for f in cards.values()}))
+        return result(False, REFUSED_SHIFT,
+                      f"{what} has recipe cards for audit set(s) {have}, none for '{audit}': refused-shift (a card "
+                      f"is valid only for the audit set it was computed on).")
+    if tau is not None:
+        at = [f for f in for_audit if math.isclose(float(f["tau"]), tau, rel_tol=0, abs_tol=1e-12)]
+        if not at:
+            have = ", ".join(f"{float(f['tau']):g}" for f in sorted(for_audit, key=lambda f: float(f["tau"])))
+            return result(False, NO_CARD, f"{what} has cards for audit set '{audit}' at τ = {have}, none at "
+                                          f"τ = {tau:g}.")
+        for_audit = at
+    for_audit.sort(key=lambda f: float(f["tau"]))
+    for f in for_audit:
+        v = f["verdict"]
+        at = f"audit set '{audit}' at τ = {float(f['tau']):g}"
+        if v != stats.SUPPORTED:
+            outcome = {stats.REFUSED_SHIFT: REFUSED_SHIFT, stats.INSUFFICIENT: INSUFFICIENT}.get(v, UNSUPPORTED)
+            return result(False, outcome, f"{what} is {v} on {at}: {f.get('reason', '').rstrip('.')}.", for_audit)
+    checks = []
+    for f in for_audit:
+        at = f"audit set '{audit}' at τ = {float(f['tau']):g}"
+        try:
+            doc = load_card(f["card_uri"], tracking_uri)
+        except CardError as exc:
+            return result(False, STALE, f"The card of {what} on {at} cannot be read: {str(exc).rstrip('.')}.",
+                          for_audit)
+        entry = next((e for e in doc["cells"] if e["audit_set"] == audit
+                      and math.isclose(e["tau"], float(f["tau"]), rel_tol=0, abs_tol=1e-12)), None)
+        mismatch = _tag_mismatch(f, entry, doc)
+        if mismatch:
+            return result(False, STALE, f"The card tags of {what} on {at} do not match the card they point to "
+                                        f"({mismatch}).", for_audit)
+        ver = verify_card(doc, tracking_uri)
+        checks.append({"card_uri": f["card_uri"], "cell": list(map(str, cell_key(entry))), **ver.to_dict()})
+        if not ver.ok:
+            first = ver.findings[0]
+            more = f" (and {len(ver.findings) - 1} more difference(s))" if len(ver.findings) > 1 else ""
+            return result(False, STALE, f"The card of {what} on {at} no longer matches the tracking store: "
+                                        f"{first.kind}: {first.message}{more}.", for_audit, checks)
+    taus = ", ".join(f"{float(f['tau']):g}" for f in for_audit)
+    f0 = for_audit[0]
+    return result(True, PASS, f"{what} is release-supported on audit set '{audit}' at τ = {taus} "
+                              f"({f0['n_failures']}/{f0['n_reruns']} reruns failed, U = {float(f0['upper_bound']):.3f} "
+                              f"<= ε = {float(f0['eps']):g}), and its card verifies against the tracking store.",
+                  for_audit, checks)
+
+
+def _tag_mismatch(f: dict[str, str], entry: dict[str, Any] | None, doc: dict[str, Any]) -> str | None:
+    if entry is None:
+        return "the card holds no such cell"
+    from .cards.build import document_digest
+
+    checks = [("verdict", f["verdict"], entry["verdict"]), ("n_reruns", f["n_reruns"], str(entry["n_reruns"])),
+              ("n_failures", f.get("n_failures", ""), "" if entry["n_failures"] is None else str(entry["n_failures"])),
+              ("recipe_id", f.get("recipe_id", ""), str(entry["recipe_id"] or "")),
+              ("reruns_digest", f.get("reruns_digest"), entry["digest"]),
+              ("card_digest", f.get("card_digest"), doc["digest"])]
+    for name, tag, card in checks:
+        if tag != card:
+            return f"{name}: tag {tag!r}, card {card!r}"
+    for name in ("upper_bound", "eps", "delta"):
+        tag, card = f.get(name, ""), entry[name]
+        if (card is None) != (tag == "") or (card is not None and not math.isclose(float(tag), card, rel_tol=1e-12)):
+            return f"{name}: tag {tag!r}, card {card!r}"
+    if document_digest(doc) != doc["digest"]:
+        return "the card's own digest is wrong"
+    return None

@@ -1,0 +1,137 @@
+"""The same flows against a real ``mlflow server`` on loopback: attach (registering the rerun's
+logged model), the gate, verify, MLflow's own loader, a changed store, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+from registry_world import make_world
+
+from recipe_audit import registry
+from recipe_audit.cli import main
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """``mlflow server`` (SQLite backend, local artifact root) on a free loopback port; stopped,
+    with its whole process group, after the module."""
+    root = tmp_path_factory.mktemp("server")
+    port = _free_port()
+    exe = shutil.which("mlflow")
+    cmd = ([exe] if exe else [sys.executable, "-m", "mlflow"]) + [
+        "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--default-artifact-root",
+        str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    log = open(root / "server.log", "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"mlflow server exited: {(root / 'server.log').read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(uri + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"mlflow server did not answer: {(root / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield uri, root
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=1)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def world(server):
+    uri, root = server
+    return make_world(uri, root)
+
+
+def _cli(args, capsys):
+    try:
+        rc = main(args)
+    except SystemExit as exc:
+        rc = exc.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_attach_gate_verify_over_http(server, world, capsys):
+    uri, _ = server
+    rc, out, err = _cli(["attach", "--model-name", "clf", "--run-id", world.runs[("good", 0)], "--card",
+                         str(world.card), "--set-alias", "candidate", "--tracking-uri", uri], capsys)
+    assert rc == 0 and "registered as new version 1" in out, err
+    mv = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version_by_alias("clf", "candidate")
+    cards = registry.attached_cards(mv.tags)
+    assert cards["recipe_audit.card.calibration.tau_0.7"]["verdict"] == "release-supported"
+    assert cards["recipe_audit.card.shift_x.tau_0.7"]["verdict"] == "strong-unsupported"
+    gate = ["gate", "--model-name", "clf", "--alias", "candidate", "--tracking-uri", uri]
+    rc, out, err = _cli([*gate, "--audit", "calibration", "--tau", "0.7"], capsys)
+    assert rc == 0 and "PASS" in out, err
+    rc, _, err = _cli([*gate, "--audit", "shift_x"], capsys)
+    assert rc == 1 and "FAIL (unsupported)" in err
+    rc, _, err = _cli([*gate, "--audit", "entailment/calibration"], capsys)
+    assert rc == 1 and "FAIL (refused-shift)" in err
+    card_uri = cards["recipe_audit.card.calibration.tau_0.7"]["card_uri"]
+    for card in (card_uri, str(world.card)):
+        rc, out, err = _cli(["verify", card, "--tracking-uri", uri], capsys)
+        assert rc == 0 and "verifies" in out, err
+    # MLflow's own loader, through the server's registry
+    import mlflow
+
+    from recipe_audit.tracking import use_tracking_uri
+
+    with use_tracking_uri(uri):
+        pipe = mlflow.transformers.load_model("models:/clf@candidate")
+    assert pipe("not good")[0]["label"] in ("negative", "positive")
+
+
+def test_bad_input_over_http(server, world, capsys):
+    uri, _ = server
+    for args, needle in [(["gate", "--model-name", "nope", "--version", "1"], "no registered model named"),
+                         (["gate", "--model-name", "clf", "--alias", "prod"], "has no alias 'prod'"),
+                         (["attach", "--model-name", "clf", "--version", "1", "--card", str(world.card_bad)],
+                          "card is of recipe")]:
+        rc, out, err = _cli([*args, "--tracking-uri", uri], capsys)
+        assert rc == 2 and needle in err and err.count("\n") == 1, (args, err)
+    rc, _, err = _cli(["gate", "--model-name", "clf", "--version", "1", "--tracking-uri",
+                       f"http://127.0.0.1:{_free_port()}"], capsys)
+    assert rc == 2 and "not reachable" in err
+
+
+def test_a_changed_store_fails_the_gate_over_http(server, world, capsys):
+    """Runs last in the module: it changes the server's store."""
+    uri, _ = server
+    MlflowClient(tracking_uri=uri).log_batch(world.runs[("good", 5)],
+                                             metrics=[Metric("accuracy/calibration", 0.2, 0, 99)])
+    rc, _, err = _cli(["gate", "--model-name", "clf", "--alias", "candidate", "--tracking-uri", uri], capsys)
+    assert rc == 1 and "FAIL (card-does-not-verify)" in err and "seed 5" in err
+    rc, out, _ = _cli(["verify", str(world.card), "--tracking-uri", uri, "--json"], capsys)
+    assert rc == 1 and json.loads(out)["kinds"] == ["metric-changed"]
