@@ -58,22 +58,57 @@ def _share_sweep_compositions() -> None:
     ConfigLoaderImpl.load_sweep_config = load_sweep_config
 
 
-_share_sweep_compositions()
+def _parse_config_files_once() -> None:
+    """Parse each config file once per process, not once per composition.
 
-_FREEZES_LEFT = 3
+    Every composition (the sweep's, then one per job) re-reads and re-parses the same dozen
+    YAML files of the app and of Hydra itself: a quarter of a job's composition time. The
+    parsed result of each file is kept, pickled, and each composition gets its own copy, as
+    it got its own parse before. Files are read once per process: a config file edited while
+    a sweep runs reaches none of its jobs (before, it could reach the jobs composed after the
+    edit)."""
+    try:
+        from hydra._internal.sources_registry import SourcesRegistry
+        from hydra.core.plugins import Plugins
+    except ImportError:  # a Hydra without these internals: parse per composition, as before
+        return
+    Plugins.instance()  # registers Hydra's config sources (Hydra does this at start-up anyway)
+    for scheme in ("pkg", "file"):
+        source = SourcesRegistry.instance().types.get(scheme)
+        if source is not None and not getattr(source.load_config, "_recipe_audit_shared", False):
+            source.load_config = _parsed_once(source.load_config)
+
+
+def _parsed_once(load):
+    parsed: dict[tuple[str, str], bytes] = {}
+
+    def load_config(self, config_path):
+        key = (self.path, config_path)
+        if key not in parsed:
+            parsed[key] = pickle.dumps(load(self, config_path), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.loads(parsed[key])
+
+    load_config._recipe_audit_shared = True
+    return load_config
+
+
+_share_sweep_compositions()
+_parse_config_files_once()
+
+_FREEZES_LEFT = 4
 
 
 def _freeze_setup() -> None:
     """Exempt what the sweep has set up so far from garbage collection (``gc.freeze``).
 
     Hydra, OmegaConf, MLflow, SQLAlchemy, torch and transformers leave about 700,000 long-lived
-    objects in the process; every full collection walks all of them again, and the first
-    reruns' imports and the training loop's allocations trigger such collections every second
-    or so (0.1-0.2 s each). The set-up is paid once per sweep, so it is frozen once, in three
-    steps: when the first job starts (Hydra, MLflow, the store), before it trains (torch,
-    transformers, the tokenised task) and before the second job trains (what the first rerun
-    imported lazily). Objects alive then that later become garbage are never reclaimed: a
-    job config and a few thousand objects, once per process."""
+    objects in the process; every full collection walks all of them again, and imports and the
+    training loop's allocations trigger such collections every second or so (0.1-0.2 s each
+    once the process is big). The set-up is paid once per sweep, so it is frozen once, in four
+    steps: at start-up (Hydra), when the first job starts (MLflow, the store, the composed job
+    configs), before it trains (torch, transformers, the tokenised task) and before the second
+    job trains (what the first rerun imported lazily). Objects alive then that later become
+    garbage are never reclaimed: a job config and a few thousand objects, once per process."""
     global _FREEZES_LEFT
     if _FREEZES_LEFT:
         gc.freeze()
@@ -93,9 +128,10 @@ def run_job(cfg: DictConfig) -> dict[str, float] | None:
     from .config import RunConfig
     from .train.loop import RecipeError, prepare_task, select_audits, train_rerun
     from .train.models import ModelError
+    from .train.shift import prepare_extra_audits
     from .train.tasks import TaskError
 
-    if _FREEZES_LEFT == 3:
+    if _FREEZES_LEFT > 2:  # the first job
         _freeze_setup()
     run_cfg: RunConfig = OmegaConf.to_object(cfg)
     config_dict = OmegaConf.to_container(cfg, resolve=True)
@@ -116,6 +152,8 @@ def run_job(cfg: DictConfig) -> dict[str, float] | None:
                 raise ConfigurationError(f"{name} must lie strictly between 0 and 1, not {value}.")
         prepared = prepare_task(run_cfg.task, run_cfg.model)
         audit_sets = select_audits(prepared.task, run_cfg.audit)
+        extra_audits = prepare_extra_audits(run_cfg.audit.extra_tasks, run_cfg.audit.extra_task_options,
+                                            prepared, run_cfg.model)  # task shift (SPEC 1.7)
         store = tracking.open_store(run_cfg.tracking.uri, run_cfg.tracking.experiment_name)
     except (ConfigurationError, TaskError, ModelError, RecipeError, tracking.TrackingError) as exc:
         _fail(str(exc))
@@ -126,18 +164,18 @@ def run_job(cfg: DictConfig) -> dict[str, float] | None:
     sweep = tracking.current_sweep(_sweep_dir(hc)) if multirun else None
     recipe_id = tracking.recipe_identity(config_dict)
     logger = tracking.RerunLogger(store, config_dict, run_cfg.seed, recipe_id=recipe_id, sweep=sweep,
-                                  audit_sets=audit_sets)
+                                  audit_sets=[*audit_sets, *(x.name for x in extra_audits)])
     logger.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     _freeze_setup()
     try:
         result = train_rerun(
             run_cfg.seed, run_cfg.model, run_cfg.recipe, prepared, audit_sets,
             eval_batch_size=run_cfg.audit.eval_batch_size, progress=run_cfg.progress,
-            keep_model=run_cfg.tracking.log_model, on_step=logger.log_step,
+            keep_model=run_cfg.tracking.log_model, on_step=logger.log_step, extra_audits=extra_audits,
         )
         logger.log_result(result)
         if run_cfg.tracking.log_model:
-            logger.log_model(result.model, result.tokenizer)
+            logger.log_model(result.model, result.tokenizer, labels=prepared.task.labels)
     except (ModelError, RecipeError) as exc:
         logger.fail(exc)
         _fail(str(exc))
@@ -177,4 +215,5 @@ def main(cfg: DictConfig) -> dict[str, float] | None:
 
 
 if __name__ == "__main__":
+    _freeze_setup()
     main()

@@ -69,7 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--experiment-name", required=True)
     c.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else ./mlruns")
     c.add_argument("--metric", default=None, help=f"metric key (default {keys.DEFAULT_METRIC})")
-    c.add_argument("--audit", default=None, help="audit set; shorthand for --metric accuracy/AUDIT")
+    c.add_argument("--audit", action="append", default=None, metavar="AUDIT",
+                   help="audit set; shorthand for --metric accuracy/AUDIT; repeated, the cards of several "
+                        "audit sets side by side, the first as the calibration audit (SPEC 1.7)")
+    c.add_argument("--all-audits", action="store_true",
+                   help="a card for every audit set the reruns were scored on, side by side")
     c.add_argument("--seed-key", default="tags." + keys.TAG_SEED,
                    help="where the seed is, MLflow-style (e.g. params.seed)")
     c.add_argument("--group-by", action="extend", nargs="+", default=[], metavar="KEY",
@@ -93,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--splits", type=_count, default=1000, help="random splits for the split audit")
     c.add_argument("--bootstrap", type=_count, default=2000, help="bootstrap resamples B")
     c.add_argument("--bootstrap-seed", type=_count, default=0)
+    c.add_argument("--band-method", choices=("auto", "exact-cp", "exact-ks", "dkw"), default="auto",
+                   help="the simultaneous band valid for every τ (default: exact Clopper–Pearson shape)")
 
     for module in EXTENSIONS:
         COMMANDS.update(importlib.import_module(module).register(sub))
@@ -134,22 +140,38 @@ def cmd_card(a: argparse.Namespace) -> int:
     from .cards.sweep import print_summary
     from .tracking import resolve_tracking_uri
 
-    if a.metric and a.audit:
-        raise ValueError("Give --metric or --audit, not both.")
-    metric = a.metric or keys.accuracy_key(a.audit or keys.DEFAULT_AUDIT)
+    audits = list(a.audit or [])
+    if a.metric and (audits or a.all_audits):
+        raise ValueError("Give --metric or --audit/--all-audits, not both.")
+    metric = a.metric or keys.accuracy_key(audits[0] if audits else keys.DEFAULT_AUDIT)
     uri = resolve_tracking_uri(a.tracking_uri)
     opts = CardOptions(taus=tuple(a.tau or [0.7]), eps=a.eps, delta=a.delta,
                        higher_is_better=not a.lower_is_better, unfinished=a.unfinished,
-                       bootstrap_B=a.bootstrap, bootstrap_seed=a.bootstrap_seed)
+                       bootstrap_B=a.bootstrap, bootstrap_seed=a.bootstrap_seed, band_method=a.band_method)
     req = CardRequest(experiment=a.experiment_name, metric=metric, tracking_uri=uri, seed_key=a.seed_key,
                       group_by=tuple(a.group_by), recipe_id=a.recipe_id, sweep_id=a.sweep_id,
                       planned_seeds=_planned(a.planned_seeds))
-    doc = compute_cards(req, opts, split_audit=a.split_audit, responsiveness=a.responsiveness,
-                        n_splits=max(a.splits, 1))
+    shift = a.all_audits or len(audits) > 1
+    if shift:  # SPEC 1.7: one card per audit set, side by side
+        from .cards.shift import compute_shift_cards, scored_audit_sets
+
+        if a.all_audits:
+            audits = [*audits, *(x for x in scored_audit_sets(req) if x not in audits)]
+        doc = compute_shift_cards(req, opts, audits, split_audit=a.split_audit,
+                                  responsiveness=a.responsiveness, n_splits=max(a.splits, 1))
+    else:
+        doc = compute_cards(req, opts, split_audit=a.split_audit, responsiveness=a.responsiveness,
+                            n_splits=max(a.splits, 1))
     files = render_files(doc, a.out) if a.out else None
     if a.json_path:
         write_json(doc, a.json_path)
     print_summary(doc, files)
+    if shift:
+        from .cards.render import text_table
+        from .cards.shift import shift_table
+
+        header, rows = shift_table(doc["shift"], markdown=False)
+        print("\nShift (SPEC 1.7): calibration audit vs target audits\n" + text_table(rows, header))
     if not a.no_log:
         runs = log_card_runs(doc, uri, a.experiment_name)
         print(f"Logged {len(runs)} card run(s) to experiment '{a.experiment_name}'.")
@@ -162,7 +184,7 @@ COMMANDS = {"bound": cmd_bound, "card": cmd_card}
 # parsers (created with ``subparsers.add_parser``) and returns ``{command name: handler}``; a
 # handler takes the parsed ``argparse.Namespace`` and returns the exit status. Handlers signal
 # bad input by raising ``ValueError`` (or a subclass) with one sentence.
-EXTENSIONS: tuple[str, ...] = ()
+EXTENSIONS: tuple[str, ...] = ("recipe_audit.commands.acceptance", "recipe_audit.commands.registry")
 
 
 def main(argv: list[str] | None = None) -> int:

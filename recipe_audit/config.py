@@ -69,6 +69,11 @@ class TaskConfig:
 class AuditConfig:
     # audit sets each rerun is scored on; ["all"] = every audit set the task defines
     sets: list[str] = field(default_factory=lambda: ["all"])
+    # task shift: also score every rerun on all audit sets of these other tasks (names of
+    # conf/task/ files), logged as accuracy/<task>/<audit set>; their labels must match in number
+    extra_tasks: list[str] = field(default_factory=list)
+    # task options for those other tasks (e.g. {n_audit: 200}); the rest come from their files
+    extra_task_options: dict[str, Any] = field(default_factory=dict)
     # the audit set the card is computed on by default (the calibration audit D_P)
     primary: str = "calibration"
     taus: list[float] = field(default_factory=lambda: [0.7])
@@ -114,3 +119,6 @@ def register_configs() -> None:
     cs.store(group="recipe", name="schema_recipe", node=RecipeConfig)
     cs.store(group="audit", name="schema_audit", node=AuditConfig)
     cs.store(group="tracking", name="schema_tracking", node=TrackingConfig)
+    from .sweeper import register_plugin
+
+    register_plugin()  # hydra/sweeper=curtail

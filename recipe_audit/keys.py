@@ -24,6 +24,12 @@ TAG_PLANNED_SEEDS = PREFIX + "planned_seeds"  # on the sweep parent: JSON list o
 TAG_ERROR = PREFIX + "error"  # on a FAILED rerun: the exception, one line
 TAG_SWEEP_RUN_ID = PREFIX + "sweep_run_id"  # on a card run: the sweep parent it belongs to
 TAG_PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag
+# on the sweep parent of a curtailing sweep (recipe_audit/sweeper.py): the JSON record of where each
+# recipe stopped and why (or CURTAILMENT_ARTIFACT_PREFIX + the parent's artifact holding it), and
+# one line for people
+TAG_CURTAILMENT = PREFIX + "curtailment"
+TAG_CURTAIL_SUMMARY = PREFIX + "curtailment_summary"
+CURTAILMENT_ARTIFACT_PREFIX = "artifact:"
 
 METRIC_TRAIN_LOSS = "train_loss"  # logged with step
 METRIC_TRAIN_SECONDS = "train_seconds"
@@ -34,6 +40,18 @@ def accuracy_key(audit_set: str) -> str:
     return f"accuracy/{audit_set}"
 
 
+TASK_SHIFT_SEP = "/"
+
+
+def task_shift_audit(task: str, audit_set: str) -> str:
+    """Name of another task's audit set when a rerun is scored on it (a *task shift*,
+    ``audit.extra_tasks``): ``<task>/<audit set>``, e.g. ``entailment/calibration``; its metric is
+    ``accuracy/entailment/calibration``. The slash keeps metric and tag keys valid in MLflow on
+    every platform (a colon is refused on Windows) and cannot clash with a task's own audit sets,
+    whose names have no slash."""
+    return f"{task}{TASK_SHIFT_SEP}{audit_set}"
+
+
 def majority_rate_key(audit_set: str) -> str:
     """Metric key of the audit set's majority-class rate (accuracy of a constant predictor)."""
     return f"majority_rate/{audit_set}"
@@ -42,6 +60,18 @@ def majority_rate_key(audit_set: str) -> str:
 def constant_fraction_key(audit_set: str) -> str:
     """Metric key of the share of the rerun's predictions that equal its most common prediction."""
     return f"pred_mode_share/{audit_set}"
+
+
+# Cards attached to registered model versions (``recipe-audit attach``; ``registry.py``). One card
+# = one (audit set, τ); its tags are ``<CARD_TAG_PREFIX><audit set>.tau_<τ>.<field>``, e.g.
+# ``recipe_audit.card.calibration.tau_0.7.verdict``, and the card's own ``audit_set`` and ``tau``
+# fields hold the exact values (a reader groups tags by everything before the last dot).
+CARD_TAG_PREFIX = PREFIX + "card."
+
+
+def card_tag_stem(audit_set: str, tau: float) -> str:
+    """The common prefix of one attached card's tags (no trailing dot)."""
+    return f"{CARD_TAG_PREFIX}{audit_set}.tau_{tau:g}"
 
 
 DEFAULT_AUDIT = "calibration"

@@ -599,6 +599,7 @@ def read_runs(
     *,
     backend: str = AUTO,
     require_seed: bool = True,
+    require_metrics: bool = True,
 ) -> pd.DataFrame:
     """One row per lifecycle-active run of ``experiment_name``, with the requested values only.
 
@@ -624,6 +625,9 @@ def read_runs(
         backend: ``"auto"`` (by URI), ``"sql"`` (SQL URIs only) or ``"client"`` (any URI).
         require_seed: raise when some rows have no value under ``seed_key`` (default); when False
             they keep ``seed=None`` (and :func:`collect_reruns` refuses them).
+        require_metrics: raise when no selected run logged one of ``metric_keys`` (default); when
+            False such a metric is an all-NaN column with ``logged`` False (a card on an audit set
+            no recipe was scored on is then refused per cell, SPEC 1.7).
 
     Returns:
         A DataFrame sorted by (start_time, run_id), with columns ``run_id``, ``run_name``,
@@ -667,7 +671,8 @@ def read_runs(
     else:
         raise QueryError(f"Unknown backend {backend!r}; use 'auto', 'sql' or 'client'.")
     frame = _frame(
-        raw, uri, experiment_name, metric_names, seed, [*group_keys, *extra], filter_kind, require_seed
+        raw, uri, experiment_name, metric_names, seed, [*group_keys, *extra], filter_kind, require_seed,
+        require_metrics,
     )
     frame.attrs.update(
         experiment=experiment_name,
@@ -691,6 +696,7 @@ def _frame(
     other_keys: list[_Key],
     filter_kind: str | None,
     require_seed: bool,
+    require_metrics: bool = True,
 ) -> pd.DataFrame:
     """Select the rows (kind filter), check them, and lay out the frame; shared by both paths."""
     cols = raw.columns
@@ -727,7 +733,7 @@ def _frame(
         return cols[name][idx]
 
     run_ids = take("run_id")
-    for name in metric_names:
+    for name in metric_names if require_metrics else ():
         if not take(f"logged.{name}").any():
             existing = raw.metric_keys_in_experiment
             if existing is None:

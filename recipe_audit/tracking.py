@@ -16,6 +16,7 @@ import traceback
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,26 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
     store = Store(uri, exp_id, experiment_name)
     _STORES[key] = store
     return store
+
+
+@contextmanager
+def use_tracking_uri(uri: str):
+    """MLflow's process-wide tracking URI is ``uri`` inside the block, and exactly what it was
+    after it (its global and ``$MLFLOW_TRACKING_URI``), for the MLflow calls that read the global
+    rather than a client's URI (fluent runs, model logging, resolving ``models:/`` sources)."""
+    import mlflow
+    from mlflow.tracking._tracking_service import utils as _tu
+
+    old_global, old_env = getattr(_tu, "_tracking_uri", None), os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(old_global)  # None unsets the environment variable too
+        if old_env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = old_env
 
 
 # ------------------------------------------------------------------------------------------
@@ -320,16 +341,40 @@ class RerunLogger:
             self._artifacts = get_artifact_repository(uri, tracking_uri=self.store.uri)
         return self._artifacts
 
-    def log_model(self, model, tokenizer) -> None:
-        """Log the trained model (or adapter) with MLflow's transformers flavor, so that
-        ``mlflow.transformers.load_model`` loads it back."""
+    def log_model(self, model, tokenizer, labels=None) -> str:
+        """Log the trained model with MLflow's transformers flavor as the run's model ``model``
+        (an MLflow 3 LoggedModel whose source run is this rerun), so that
+        ``mlflow.transformers.load_model(f"runs:/{run_id}/model")`` (a text-classification
+        pipeline) and ``mlflow.pyfunc.load_model`` load it back. A LoRA (peft) model is merged
+        into its base weights first: MLflow would otherwise save the adapter alone and reload the
+        base from the hub, which a model built from a config is not on. Returns the model URI
+        (``models:/<model id>``). ``labels`` (the task's label names, in id order) name the
+        pipeline's outputs."""
+        from importlib import metadata
+
         import mlflow
 
-        with mlflow.start_run(run_id=self.run_id, nested=True, log_system_metrics=False):
-            mlflow.transformers.log_model(
+        if hasattr(model, "merge_and_unload"):  # peft: plain transformers weights, adapters merged
+            model = model.merge_and_unload()
+        model.eval()
+        if labels:
+            model.config.id2label = dict(enumerate(labels))
+            model.config.label2id = {name: i for i, name in enumerate(labels)}
+        # stated, not inferred: inference would reload the model in a subprocess (seconds)
+        reqs = []
+        for pkg in ("torch", "transformers", "tokenizers"):
+            try:
+                reqs.append(f"{pkg}=={metadata.version(pkg)}")
+            except metadata.PackageNotFoundError:
+                pass
+        # resumes this rerun's run as the active run only for the call (MLflow 3 links the
+        # LoggedModel to the active run); ``finish``/``fail`` set the final status after it
+        with use_tracking_uri(self.store.uri), mlflow.start_run(run_id=self.run_id, log_system_metrics=False):
+            info = mlflow.transformers.log_model(
                 transformers_model={"model": model, "tokenizer": tokenizer},
-                name="model", task="text-classification",
+                name="model", task="text-classification", pip_requirements=reqs,
             )
+        return info.model_uri
 
     def finish(self) -> None:
         self.flush()

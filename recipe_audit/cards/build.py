@@ -41,6 +41,7 @@ class CardOptions:
     unfinished: str = "fail"  # "fail": unfinished reruns are failures; "refuse": no card
     bootstrap_B: int = DEFAULT_BOOTSTRAP_B
     bootstrap_seed: int = DEFAULT_BOOTSTRAP_SEED
+    band_method: str = "auto"  # the simultaneous band (SPEC 1.10): auto | exact-cp | exact-ks | dkw
 
     def __post_init__(self) -> None:
         if not self.taus:
@@ -55,6 +56,9 @@ class CardOptions:
             raise CardError(f"unfinished must be 'fail' or 'refuse', not {self.unfinished!r}.")
         if self.bootstrap_B < 1:
             raise CardError("The bootstrap needs at least one resample.")
+        if self.band_method not in ("auto", *stats.BAND_METHODS):
+            raise CardError(f"band_method must be one of auto, {', '.join(stats.BAND_METHODS)}, "
+                            f"not {self.band_method!r}.")
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,12 @@ def card_entry(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
             "n_ignored_by_practice_rules": rules.n_ignored,
         },
     })
+    from .band import band_fields
+    from .curtail import curtailed_fields
+
+    if cell.extra.get("curtailment"):  # SPEC 1.10: the verdict at the planned N of a curtailed sweep
+        base.update(curtailed_fields(cell, k, tau, opts, base["rules"]))
+    base["band"] = band_fields(cell, tau, opts)  # SPEC 1.10: the bound valid for every τ at once
     return base
 
 
@@ -249,7 +259,8 @@ def build_document(cells: Sequence[Cell], opts: CardOptions, source: dict[str, A
         "source": source,
         "options": {"taus": [float(t) for t in opts.taus], "eps": opts.eps, "delta": opts.delta,
                     "higher_is_better": opts.higher_is_better, "unfinished": opts.unfinished,
-                    "bootstrap_B": opts.bootstrap_B, "bootstrap_seed": opts.bootstrap_seed},
+                    "bootstrap_B": opts.bootstrap_B, "bootstrap_seed": opts.bootstrap_seed,
+                    "band_method": opts.band_method},
         "cells": entries,
     }
     doc["digest"] = document_digest(doc)

@@ -7,7 +7,7 @@ Hydra callback and the ``recipe-audit card`` command both call :func:`compute_ca
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -46,10 +46,13 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
     from ..query import QueryError, collect_reruns, read_runs
 
     metric = _metric_name(req.metric)
-    extra = [f"params.{p}" for p in SUMMARY_PARAMS] + ["tags." + keys.TAG_SWEEP_ID]
+    extra = [f"params.{p}" for p in SUMMARY_PARAMS] + ["tags." + keys.TAG_SWEEP_ID, _SCORED_ON]
     try:
+        # an audit set no rerun was scored on is a question for refused-shift cells (SPEC 1.7), not an error
         frame = read_runs(req.tracking_uri, req.experiment, [metric], seed_key=req.seed_key,
-                          group_by=list(req.group_by), extra_keys=extra)
+                          group_by=list(req.group_by), extra_keys=extra, require_metrics=False)
+        if not frame[f"logged[{metric}]"].any() and not frame[_SCORED_ON].notna().any():
+            read_runs(req.tracking_uri, req.experiment, [metric], seed_key=req.seed_key)  # says why
     except QueryError as exc:
         raise CardError(str(exc)) from None
     if req.recipe_id is not None:
@@ -73,16 +76,45 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
         if len(rows):
             first = rows.iloc[0]
             params = {p: first.get(f"params.{p}") for p in SUMMARY_PARAMS}
-        cells.append(cell_from_rerun_set(rs, summarise_recipe(params)))
+        cells.append(_shift_checked(cell_from_rerun_set(rs, summarise_recipe(params)), rows[_SCORED_ON]))
     source = {
         "tracking_uri": frame.attrs.get("uri"), "experiment": req.experiment, "metric": metric,
         "seed_key": req.seed_key, "group_by": list(req.group_by), "recipe_id": req.recipe_id,
         "sweep_id": req.sweep_id, "read_path": frame.attrs.get("path"),
+        "planned_seeds": None if req.planned_seeds is None else list(req.planned_seeds),
     }
+    from .curtail import apply_curtailment
+
+    cells = apply_curtailment(cells, req.tracking_uri)  # SPEC 1.10: unlaunched seeds are not failures
     doc = build_document(cells, opts, source)
     if split_audit or responsiveness:
         _add_split_audit(doc, cells, opts, split_audit, responsiveness, n_splits, rng_seed)
     return doc
+
+
+_SCORED_ON = "tags." + keys.TAG_AUDIT_SETS
+
+
+def _shift_checked(cell: Cell, scored_on) -> Cell:
+    """Where the reruns say which audit sets they were configured to be scored on (the
+    ``recipe_audit.audit_sets`` tag), a cell none of whose reruns logged the metric is refused
+    exactly when none was configured for its audit set (SPEC 1.7), whatever else happened to
+    them (a crashed rerun of a recipe never scored there is no evidence about it); and a cell
+    whose reruns were configured for it but never logged it is unfinished, not refused (1.2)."""
+    tags = [t for t in scored_on.tolist() if isinstance(t, str)]
+    if cell.audit_set is None or not tags:
+        return cell
+    scored = sorted({a for t in tags for a in t.split(",") if a})
+    configured = cell.audit_set in scored
+    logged = bool(np.isfinite(cell.values).any())
+    if not configured and not logged:
+        others = ", ".join(scored) or "nothing"
+        return replace(cell, shift_refusal=(
+            f"None of the {cell.n} reruns of this recipe was scored on audit set '{cell.audit_set}' "
+            f"(they were scored on {others}); no card can be carried over from another audit set."))
+    if configured and cell.shift_refusal is not None:
+        return replace(cell, shift_refusal=None)
+    return cell
 
 
 def _add_split_audit(doc, cells: Sequence[Cell], opts: CardOptions, split_audit: bool,

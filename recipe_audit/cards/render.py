@@ -37,8 +37,8 @@ def verdict_table(doc: dict[str, Any]) -> list[list[str]]:
     rows = []
     for e in doc["cells"]:
         k = "—" if e["n_failures"] is None else str(e["n_failures"])
-        rows.append([e["label"], e["audit_set"] or e["metric"], f"{e['tau']:g}", f"{k}/{e['n_reruns']}",
-                     _f(e["upper_bound"]), e["verdict"],
+        rows.append([e["label"], e["audit_set"] or e["metric"], f"{e['tau']:g}",
+                     f"{k}/{e['n_reruns']}" + _planned_suffix(e), _f(e["upper_bound"]), e["verdict"],
                      "ships" if e["rules"]["mean"] else "holds"])
     return rows
 
@@ -58,7 +58,8 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None) -> str:
+def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None,
+                band_images: dict[tuple, str] | None = None) -> str:
     """The card for people: the grid (when several cells or τ), then each cell in full."""
     opts, src = doc["options"], doc["source"]
     lines = [
@@ -96,6 +97,7 @@ def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None) -> 
         lines += [_md_table(["τ", "failures/N", "L", "U", "N_min", "verdict"], rows), ""]
         for e in entries:
             lines += [f"- τ = {e['tau']:g}: {e['reason']}"]
+        lines += _curtailment_md(first) + _band_md(entries, (band_images or {}).get(key))  # SPEC 1.10
         lines += ["", "What common practice would have decided on the same reruns "
                   f"(the practice rules see only the {first['rule_statistics']['n_finished']} finished "
                   f"reruns and ignore {first['rule_statistics']['n_ignored_by_practice_rules']}):", ""]
@@ -116,6 +118,10 @@ def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None) -> 
             lines += [f"Seeds run more than once: {len(first['duplicates'])} (one result per seed used)"
                       + (f"; **{len(dis)} disagree (non-deterministic training)**: seeds "
                          + ", ".join(str(d["seed"]) for d in dis) if dis else "") + ".", ""]
+    if doc.get("shift"):
+        from .shift import shift_markdown
+
+        lines += shift_markdown(doc["shift"])
     if doc.get("split_audit"):
         lines += ["## Held-out split audit (SPEC 1.8)", "", _split_audit_md(doc["split_audit"]), ""]
     lines += [f"---\nCard digest `{doc['digest']}` · created {doc['created']} · "
@@ -192,5 +198,107 @@ def responsiveness_plot(resp: dict[str, Any]):
     ax.set_ylabel("fraction of splits that ship")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# SPEC 1.10: curtailed sweeps and the simultaneous band
+# ---------------------------------------------------------------------------------------------
+
+
+def _planned_suffix(e: dict[str, Any]) -> str:
+    cur = e.get("curtailment")
+    return f" (N = {cur['n_planned']} planned)" if cur and cur.get("stopped_early") else ""
+
+
+def _curtailment_md(e: dict[str, Any]) -> list[str]:
+    """The paragraph on where a curtailing sweep stopped and why."""
+    cur = e.get("curtailment")
+    if not cur:
+        return []
+    how = (f"in batches of {cur['batch_size']}, " if cur.get("batch_size") else "") + (
+        "stopping once the release decision at N was settled" if cur["stop_on"] == "decision"
+        else "stopping once the verdict at N was settled")
+    if not cur["stopped_early"]:
+        return ["", f"**Curtailing sweep:** all {cur['n_planned']} planned reruns ran ({how}): "
+                "the verdict was not settled earlier, so this is the ordinary card.", ""]
+    return ["", f"**Curtailed sweep:** {cur['n_launched']} of the {cur['n_planned']} planned reruns were "
+            f"launched ({how}). Why it stopped: {cur['sweep_reason']} The {cur['remaining']} seeds it never "
+            "launched are not unfinished reruns; the card states the verdict at the planned N, with "
+            "U = U(k + r, N) counting the r unlaunched reruns as failing (valid whatever they would have "
+            "done) and L = L(k, N). Verdicts still possible at N: "
+            + ", ".join(f"`{v}`" for v in cur["possible_verdicts"]) + ".", ""]
+
+
+def _band_md(entries: list[dict[str, Any]], image: str | None) -> list[str]:
+    """The simultaneous band: per-τ bounds beside the pointwise ones, its floor, what it certifies."""
+    bands = [e.get("band") for e in entries]
+    if not all(bands):
+        return []
+    b, e0 = bands[0], entries[0]
+    const = (f", c = {b['c']:.4f}" if b.get("c") is not None else "") + (
+        f", local level α = {b['local_level']:.2e}" if b.get("local_level") is not None else "")
+    cov = f"; exact coverage {b['coverage']:.4f} for a continuous metric" if b.get("coverage") is not None else ""
+    extra = (f" (at the planned N = {b['n']}, the {b['n_unlaunched_counted_as_failures']} unlaunched reruns "
+             "counted as failing)" if b["n_unlaunched_counted_as_failures"] else "")
+    lines = ["", "### Every τ at once (simultaneous band)", "",
+             f"With confidence 1 − δ = {1 - b['delta']:.0%}, **simultaneously for every bar τ**, the probability "
+             "that the next rerun fails τ is at most the band's bound, so τ may be chosen after looking at the "
+             f"reruns{extra}. Method: {b['label']}{const}{cov} (a discrete metric such as accuracy, ties and "
+             "unfinished reruns only make it conservative). The pointwise bound U holds for one τ fixed in "
+             f"advance. The band's own sample floor is N ≥ {b['sample_floor']} (the pointwise card's: "
+             f"N_min = {e0['sample_floor']}).", ""]
+    rows = [[f"{e['tau']:g}", f"{bb['k']}/{bb['n']}", _f(bb["pointwise_upper_bound"]), _f(bb["upper_bound"]),
+             "yes" if bb["supported"] else "no"] for e, bb in zip(entries, bands, strict=True)]
+    lines += [_md_table(["τ", "failures/N", "pointwise U (this τ only)", "band bound (every τ)",
+                         f"band certifies ε = {e0['eps']}"], rows), ""]
+    lim = b.get("certified_tau_limit")
+    if lim is None:
+        why = (f"N = {b['n']} is below the band's sample floor {b['sample_floor']}" if b["n"] < b["sample_floor"]
+               else "too many reruns fail at every bar")
+        lines += [f"The band certifies ε = {e0['eps']} at no τ ({why}).", ""]
+    else:
+        side = "≤" if e0["higher_is_better"] else "≥"
+        lines += [f"The band certifies ε = {e0['eps']} at **every τ {side} {lim:g}** at once.", ""]
+    if image:
+        lines += [f"![simultaneous band and pointwise bound]({image})", ""]
+    return lines
+
+
+def band_plot(entries: list[dict[str, Any]]):
+    """Upper bound on P(next rerun fails τ) as a function of τ: the simultaneous band (valid for every
+    τ at once) beside the pointwise Clopper–Pearson bound U(k(τ), N) (valid for one τ fixed in
+    advance) and the observed failure fraction, with ε and the card's τ marked."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    e0 = entries[0]
+    b = e0["band"]
+    vals = np.array([np.nan if r["value"] is None else r["value"] for r in e0["reruns"]], dtype=float)
+    finite = vals[np.isfinite(vals)]
+    taus = [e["tau"] for e in entries]
+    lo = min([*finite.tolist(), *taus]) - 0.02
+    hi = max([*finite.tolist(), *taus]) + 0.02
+    grid = np.unique(np.r_[np.linspace(lo, hi, 800), finite, finite + 1e-9, finite - 1e-9])
+    bb = stats.band_bounds(vals, grid, eps=e0["eps"], delta=b["delta"], higher_is_better=e0["higher_is_better"],
+                           method=b["method"], n_extra_failures=b["n_unlaunched_counted_as_failures"])
+    fig = Figure(figsize=(7, 3.6), dpi=110)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.plot(grid, bb.upper, color="#d84a3b", lw=2, label=f"simultaneous band, every τ ({b['method']})")
+    ax.plot(grid, bb.pointwise_upper, color="#3b7dd8", lw=1.5, label="pointwise Clopper–Pearson U, one τ")
+    ax.plot(grid, np.asarray(bb.k) / bb.n, color="grey", lw=1, ls=":", label="observed failure fraction k/N")
+    ax.axhline(e0["eps"], color="black", lw=1, ls="--", label=f"ε = {e0['eps']}")
+    for t in taus:
+        ax.axvline(t, color="black", lw=0.8, ls=":")
+        ax.text(t, 1.0, f" τ={t:g}", va="top", fontsize=8)
+    ax.set_xlabel(f"release bar τ ({e0['metric']}, {'higher' if e0['higher_is_better'] else 'lower'} is better)")
+    ax.set_ylabel("upper bound on P(fail)")
+    ax.set_ylim(-0.02, 1.05)
+    ax.set_title(f"{e0['label']}: N = {bb.n}, 1 − δ = {1 - b['delta']:.0%}; band floor {b['sample_floor']}",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="upper left" if e0["higher_is_better"] else "upper right")
     fig.tight_layout()
     return fig

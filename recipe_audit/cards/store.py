@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import keys
 from .build import CardError
-from .render import cell_groups, histogram, responsiveness_plot, to_markdown
+from .render import band_plot, cell_groups, histogram, responsiveness_plot, to_markdown
 
 SCHEMA_FILE = "recipe_card.v1.json"
 TAG_VERDICT = keys.PREFIX + "verdict"
@@ -42,7 +42,7 @@ def _slug(text: str) -> str:
 
 
 def render_files(doc: dict[str, Any], out_dir: Path, stem: str = "card") -> dict[str, Path]:
-    """Write ``<stem>.json``, ``<stem>.md`` and one histogram PNG per cell into ``out_dir``.
+    """Write ``<stem>.json``, ``<stem>.md`` and per cell a histogram PNG and a band PNG into ``out_dir``.
 
     Everything is rendered into a temporary directory first and moved into place only when all
     of it succeeded, so a failure never leaves a half-written card."""
@@ -51,6 +51,7 @@ def render_files(doc: dict[str, Any], out_dir: Path, stem: str = "card") -> dict
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".card-") as tmp:
         tmp_dir = Path(tmp)
         images: dict[tuple, str] = {}
+        band_images: dict[tuple, str] = {}
         files: dict[str, Path] = {}
         for i, (key, entries) in enumerate(cell_groups(doc).items()):
             if entries[0]["n_failures"] is None:  # refused-shift: nothing measured to plot
@@ -60,11 +61,16 @@ def render_files(doc: dict[str, Any], out_dir: Path, stem: str = "card") -> dict
             fig.savefig(tmp_dir / name)
             images[key] = name
             files[f"hist_{i}"] = out_dir / name
+            if all(e.get("band") for e in entries):  # SPEC 1.10: the band beside the pointwise bound
+                name = f"{stem}_band_{i}_{_slug(entries[0]['label'])}.png"
+                band_plot(entries).savefig(tmp_dir / name)
+                band_images[key] = name
+                files[f"band_{i}"] = out_dir / name
         if doc.get("responsiveness"):
             name = f"{stem}_responsiveness.png"
             responsiveness_plot(doc["responsiveness"]).savefig(tmp_dir / name)
             files["responsiveness"] = out_dir / name
-        (tmp_dir / f"{stem}.md").write_text(to_markdown(doc, images), encoding="utf-8")
+        (tmp_dir / f"{stem}.md").write_text(to_markdown(doc, images, band_images), encoding="utf-8")
         (tmp_dir / f"{stem}.json").write_text(json.dumps(doc, indent=2, allow_nan=False), encoding="utf-8")
         files["json"], files["markdown"] = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
         for p in tmp_dir.iterdir():
@@ -101,6 +107,7 @@ def log_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str) -> li
         cell_doc = {**doc, "cells": entries}
         cell_doc.pop("split_audit", None)
         cell_doc.pop("responsiveness", None)
+        cell_doc.pop("shift", None)  # the side-by-side table is about the other cells too
         from .build import document_digest
 
         cell_doc["digest"] = document_digest(cell_doc)

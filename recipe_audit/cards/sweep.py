@@ -24,6 +24,10 @@ def story(doc: dict[str, Any]) -> list[str]:
                        f"{e['verdict']} (U = {e['upper_bound']:.3f} > ε = {e['eps']}).")
         elif e["rules"]["card"] and not e["rules"]["mean"]:
             out.append(f"{e['label']} at τ = {e['tau']:g}: the card supports release while the mean does not.")
+    curtailed = {e["label"]: e["curtailment"] for e in doc["cells"] if (e.get("curtailment") or {}).get("stopped_early")}
+    for label, cur in curtailed.items():  # SPEC 1.10: where the curtailing sweep stopped and why
+        out.append(f"{label}: curtailed after {cur['n_launched']} of {cur['n_planned']} planned reruns; "
+                   f"{cur['sweep_reason']}")
     return out
 
 

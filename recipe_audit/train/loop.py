@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -139,8 +139,10 @@ def train_rerun(
     progress: bool = True,
     keep_model: bool = False,
     on_step: Callable[[int, float], None] | None = None,
+    extra_audits: Sequence = (),
 ) -> RerunResult:
-    """Fine-tune one seed of a recipe and score it on ``audit_names``."""
+    """Fine-tune one seed of a recipe and score it on ``audit_names``, then on ``extra_audits``
+    (other tasks' audit sets, ``shift.prepare_extra_audits``) under their qualified names."""
     import torch
     from accelerate.utils import set_seed
     from torch.utils.data import DataLoader, TensorDataset
@@ -202,6 +204,8 @@ def train_rerun(
     model.eval()
     scores = {name: _score(accelerator, model, prepared.audits[name], prepared.task, name, eval_batch_size)
               for name in audit_names}
+    for x in extra_audits:  # task shift: the same checkpoint on another task's audit sets
+        scores[x.name] = _score(accelerator, model, x.encoded, x.task, x.audit, eval_batch_size)
     return RerunResult(seed, scores, losses, train_seconds, step,
                        model=accelerator.unwrap_model(model) if keep_model else None,
                        tokenizer=prepared.tokenizer if keep_model else None)

@@ -36,4 +36,6 @@ def build_word_tokenizer(texts: Iterable[str], max_vocab: int = 30000):
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
         sep_token="[SEP]", mask_token="[MASK]",
+        # what the models are trained on (no token_type_ids), so a saved pipeline feeds the same
+        model_input_names=["input_ids", "attention_mask"],
     )

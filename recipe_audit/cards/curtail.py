@@ -1,0 +1,158 @@
+"""Cards of curtailed sweeps (SPEC 1.10): the verdict at the planned N, not at the seeds launched.
+
+A curtailing sweep (``recipe_audit/sweeper.py``) records on its sweep parent run, per recipe, the
+planned N, the seeds it launched and why it stopped (``keys.TAG_CURTAILMENT``). For such a cell:
+
+* seeds the sweep never launched are not unfinished reruns: they are dropped from the cell (a
+  launched seed that never logged stays an unfinished failure, as always);
+* the card states the verdict at the planned N (:func:`recipe_audit.stats.curtail_state`): with
+  ``m`` reruns launched, ``k`` failures and ``r = N - m`` never launched, ``U = U(k + r, N)`` and
+  ``L = L(k, N)`` are valid bounds whatever the ``r`` would have done, and the SPEC 1.5 rules
+  applied to them give the verdict. At the sweep's own bars that verdict is settled (it is the
+  full sweep's, or, with ``stop_on: decision``, the most favourable one still possible); at any
+  other τ, ε or δ asked later it may not be, and the card says so;
+* the entry carries a ``curtailment`` object: planned N, launched m, where and why it stopped.
+
+A cell whose reruns come from more than one sweep is carded as usual.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import keys, stats
+
+if TYPE_CHECKING:
+    from .build import Cell
+
+
+def _norm(seed: Any) -> Any:
+    if isinstance(seed, (int, np.integer)):
+        return int(seed)
+    try:
+        f = float(seed)
+    except (TypeError, ValueError):
+        return seed
+    return int(f) if f.is_integer() else seed
+
+
+def read_records(tracking_uri: str | None, parent_run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The curtailment record of each sweep parent run that has one (tag, or artifact when long)."""
+    if not parent_run_ids:
+        return {}
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    out: dict[str, dict[str, Any]] = {}
+    for pid in sorted(set(parent_run_ids)):
+        try:
+            tag = client.get_run(pid).data.tags.get(keys.TAG_CURTAILMENT)
+            if not tag:
+                continue
+            if tag.startswith(keys.CURTAILMENT_ARTIFACT_PREFIX):
+                import tempfile
+                from pathlib import Path
+
+                import mlflow.artifacts
+
+                with tempfile.TemporaryDirectory() as tmp:
+                    path = mlflow.artifacts.download_artifacts(
+                        run_id=pid, artifact_path=tag[len(keys.CURTAILMENT_ARTIFACT_PREFIX):], dst_path=tmp,
+                        tracking_uri=tracking_uri)
+                    tag = Path(path).read_text(encoding="utf-8")
+            out[pid] = json.loads(tag)
+        except (MlflowException, OSError, ValueError):
+            continue  # a run we cannot read, or a record we do not understand: card as usual
+    return out
+
+
+def _group_of(record: dict[str, Any], cell: Cell) -> dict[str, Any] | None:
+    groups = record.get("groups") or []
+    hits = [g for g in groups if g.get("recipe_id") is not None and g.get("recipe_id") == cell.recipe_id]
+    if not hits and len(groups) == 1 and (groups[0].get("recipe_id") is None or cell.recipe_id is None):
+        hits = groups
+    return hits[0] if len(hits) == 1 else None
+
+
+def _curtailed_cell(cell: Cell, record: dict[str, Any], group: dict[str, Any], parent: str) -> Cell:
+    from ..query import NEVER_LOGGED, RerunSet
+
+    launched = {_norm(s) for s in group.get("launched_seeds", [])}
+    keep = [i for i, (s, rid, st) in enumerate(zip(cell.seeds, cell.run_ids, cell.statuses, strict=True))
+            if not (rid is None and st == NEVER_LOGGED and _norm(s) not in launched)]
+    seeds = tuple(cell.seeds[i] for i in keep)
+    values = np.asarray(cell.values)[keep].copy()
+    values.setflags(write=False)
+    run_ids = tuple(cell.run_ids[i] for i in keep)
+    statuses = tuple(cell.statuses[i] for i in keep)
+    unfinished = tuple(u for u in cell.unfinished if not (u[1] == "never-logged" and _norm(u[0]) not in launched))
+    planned = tuple(s for s in cell.planned_seeds if _norm(s) in launched)
+    digest = RerunSet(group=cell.group, recipe_id=cell.recipe_id, metric_key=cell.metric, seeds=seeds,
+                      values=values, run_ids=run_ids, statuses=statuses, unfinished=unfinished,
+                      duplicates=cell.duplicates, disagreeing_duplicates=cell.disagreeing_duplicates,
+                      sweep_run_ids=cell.sweep_run_ids, planned_seeds=planned).digest()
+    info = {
+        "sweep_run_id": parent, "n_planned": int(group["n_planned"]), "n_launched": int(group["n_launched"]),
+        "stopped_early": bool(group.get("stopped_early")), "stop_on": record.get("stop_on", "decision"),
+        "batch_size": record.get("batch_size"), "sweep_reason": group.get("reason", ""),
+        "sweep_audit_set": record.get("audit_set"), "sweep_taus": record.get("taus"),
+        "sweep_eps": record.get("eps"), "sweep_delta": record.get("delta"),
+    }
+    return replace(cell, seeds=seeds, values=values, run_ids=run_ids, statuses=statuses, unfinished=unfinished,
+                   planned_seeds=planned, digest=digest, extra={**cell.extra, "curtailment": info})
+
+
+def apply_curtailment(cells: Sequence[Cell], tracking_uri: str | None) -> list[Cell]:
+    """Cells of curtailed sweeps become curtailed cells (module docstring); others are unchanged."""
+    parents = [c.sweep_run_ids[0] for c in cells if len(c.sweep_run_ids) == 1]
+    records = read_records(tracking_uri, parents)
+    out = []
+    for c in cells:
+        rec = records.get(c.sweep_run_ids[0]) if len(c.sweep_run_ids) == 1 else None
+        group = _group_of(rec, c) if rec else None
+        if group is None or int(group.get("n_launched", 0)) > int(group.get("n_planned", 0)):
+            out.append(c)
+        else:
+            out.append(_curtailed_cell(c, rec, group, c.sweep_run_ids[0]))
+    return out
+
+
+def curtailed_fields(cell: Cell, k: int, tau: float, opts, rules: dict[str, bool]) -> dict[str, Any]:
+    """Entry fields for a curtailed cell at ``tau``: the verdict and bounds at the planned N, and the
+    ``curtailment`` object (they replace the ordinary card's, which would be the card at m)."""
+    info = cell.extra["curtailment"]
+    n_planned, m = info["n_planned"], cell.n
+    stop_on = info["stop_on"] if info["stop_on"] in stats.STOP_ON else "decision"
+    if m > n_planned or m < 1:
+        return {}
+    st = stats.curtail_state(k, m, n_planned, opts.eps, opts.delta, stop_on)
+    r = n_planned - m
+    obj = {
+        "n_planned": n_planned, "n_launched": m, "remaining": r, "stopped_early": r > 0,
+        "stop_on": stop_on, "batch_size": info.get("batch_size"), "sweep_run_id": info["sweep_run_id"],
+        "sweep_reason": info["sweep_reason"], "sweep_audit_set": info["sweep_audit_set"],
+        "sweep_taus": info["sweep_taus"], "sweep_eps": info["sweep_eps"], "sweep_delta": info["sweep_delta"],
+        "k_range_at_n": list(st.k_range_at_n), "possible_verdicts": list(st.possible_verdicts),
+        "verdict_determined": st.verdict_determined, "decision_determined": st.decision_determined,
+        "upper_if_rest_pass": st.upper_if_rest_pass, "explanation": st.reason,
+    }
+    if r == 0:
+        return {"curtailment": obj}
+    settled = ("the verdict at N is settled" if st.verdict_determined else
+               "the release decision at N is settled" if st.decision_determined else
+               "the verdict at N is NOT settled at this τ (the sweep stopped on another bar, ε or δ)")
+    reason = (f"Curtailed sweep: {m} of {n_planned} planned reruns launched, {k} failed; {settled}. "
+              f"Bounds at N = {n_planned} with the {r} unlaunched reruns counted as failing: "
+              f"U = {st.upper:.3f} (it would be {st.upper_if_rest_pass:.3f} if they all passed), "
+              f"L = {st.lower:.3f}.")
+    return {
+        "upper_bound": st.upper, "lower_bound": st.lower, "verdict": st.verdict, "reason": reason,
+        "more_clean_reruns_needed": None, "rules": {**rules, "card": st.verdict == stats.SUPPORTED},
+        "curtailment": obj,
+    }

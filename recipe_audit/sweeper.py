@@ -1,0 +1,275 @@
+"""The curtailing sweeper (SPEC 1.10): launch seeds in batches, stop once the verdict at N is settled.
+
+    python -m recipe_audit -m hydra/sweeper=curtail                       # 59 planned seeds
+    python -m recipe_audit -m hydra/sweeper=curtail 'seed=range(100)' hydra.sweeper.batch_size=8
+
+The sweep's jobs are the cartesian product of the sweep overrides, as with Hydra's basic sweeper.
+Jobs that differ only in ``seed`` are the reruns of one *group* (one recipe); the planned N of a
+group is its number of seeds. Every round launches the next ``batch_size`` seeds of every group
+still running, through the configured launcher (so a parallel launcher runs a batch in
+parallel), reads each job's return value and updates the group: a job that returned None (the
+rerun failed), no number, or a non-finite number for ``audit.primary`` failed at every bar;
+otherwise it failed at ``τ`` when its metric is below ``τ`` (above, with
+``audit.higher_is_better: false``). A group stops when, at every ``τ`` of ``audit.taus``, the
+release decision at N (``stop_on: decision``, default) or the verdict at N (``stop_on: verdict``)
+no longer depends on its remaining seeds (:mod:`recipe_audit.stats.curtail`), at ``audit.eps``
+and ``audit.delta``.
+
+The record of what happened (planned N, seeds launched, failures, where and why each group
+stopped) is written to ``recipe_audit_curtailment.json`` in the sweep directory and, when the
+recipe_audit callback opened a sweep parent run, to that run's tags, where the card reads it
+(``cards/curtail.py``): seeds the sweep never launched are then not unfinished reruns, and the
+card states the verdict at the planned N.
+
+Hydra only instantiates sweepers from the ``hydra_plugins`` namespace; the plugin class is
+``hydra_plugins.recipe_audit_sweeper.curtail.CurtailingSweeper`` (a thin subclass of
+:class:`CurtailingSweeperBase`), selected by ``conf/hydra/sweeper/curtail.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn
+from hydra.errors import HydraException
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import DictConfig, OmegaConf
+
+from . import keys
+
+log = logging.getLogger("recipe_audit")
+
+RECORD_FILE = "recipe_audit_curtailment.json"
+RECORD_VERSION = 1
+_MAX_TAG = 7900  # MLflow refuses tag values above 8,000 characters
+
+
+def _seed_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+@dataclass
+class _Group:
+    """The reruns of one recipe: jobs that differ only in their seed."""
+
+    overrides: tuple[str, ...]  # the job's overrides without the seed
+    jobs: list[list[str]]  # full overrides per planned seed, in launch order
+    seeds: list[Any]
+    launched: int = 0
+    failures: list[int] = field(default_factory=list)  # per tau
+    recipe_id: str | None = None
+    state: list[Any] = field(default_factory=list)  # CurtailState per tau
+    done: bool = False
+
+    @property
+    def n_planned(self) -> int:
+        return len(self.jobs)
+
+
+class CurtailingSweeperBase(Sweeper):
+    """Hydra sweeper that stops a seed sweep once the card's verdict at the planned N is settled.
+
+    Parameters (``hydra.sweeper.*``): ``batch_size`` seeds per group and round (default 4),
+    ``stop_on`` ``"decision"`` or ``"verdict"`` (see :mod:`recipe_audit.stats.curtail`),
+    ``params`` the sweep (like the basic sweeper's, e.g. ``{seed: range(59)}``).
+    """
+
+    def __init__(self, batch_size: int = 4, stop_on: str = "decision", params: dict[str, str] | None = None):
+        super().__init__()
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise HydraException(f"hydra.sweeper.batch_size must be a positive integer, not {batch_size!r}.")
+        if stop_on not in ("decision", "verdict"):
+            raise HydraException(f"hydra.sweeper.stop_on must be 'decision' or 'verdict', not {stop_on!r}.")
+        self.batch_size = batch_size
+        self.stop_on = stop_on
+        self.params = dict(params or {})
+        self.hydra_context = None
+        self.config: DictConfig | None = None
+        self.launcher = None
+        self.groups: list[_Group] = []
+        self.record: dict[str, Any] | None = None
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    # -- the audit settings the card will use ------------------------------------------------
+
+    def _audit(self) -> dict[str, Any]:
+        audit = OmegaConf.to_container(self.config.audit, resolve=True) if "audit" in self.config else {}
+        taus = [float(t) for t in audit.get("taus", [0.7])]
+        if not taus:
+            raise HydraException("audit.taus is empty: the curtailing sweeper needs a release bar.")
+        return {"audit_set": str(audit.get("primary", keys.DEFAULT_AUDIT)), "taus": taus,
+                "eps": float(audit.get("eps", 0.10)), "delta": float(audit.get("delta", 0.10)),
+                "higher_is_better": bool(audit.get("higher_is_better", True))}
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def _jobs(self, arguments: list[str]) -> list[list[str]]:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+        params_conf = [f"{k}={v}" for k, v in self.params.items()]
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        overrides = parser.parse_overrides(params_conf + list(arguments))
+        return BasicSweeper.split_arguments(overrides, None)[0]
+
+    @staticmethod
+    def group_jobs(jobs: Sequence[Sequence[str]]) -> list[_Group]:
+        """Jobs that differ only in ``seed`` form one group, seeds in sweep order."""
+        groups: dict[tuple[str, ...], _Group] = {}
+        for job in jobs:
+            seeds = [o for o in job if _seed_key(o) == "seed"]
+            if not seeds:
+                raise HydraException("The curtailing sweeper needs a seed sweep, e.g. 'seed=range(59)'.")
+            rest = tuple(o for o in job if _seed_key(o) != "seed")
+            g = groups.setdefault(rest, _Group(overrides=rest, jobs=[], seeds=[]))
+            g.jobs.append(list(job))
+            value = seeds[-1].split("=", 1)[1]
+            g.seeds.append(int(value) if value.lstrip("-").isdigit() else value)
+        return list(groups.values())
+
+    @staticmethod
+    def failed(ret: JobReturn, audit_set: str, taus: Sequence[float], higher_is_better: bool) -> list[bool]:
+        """Per τ: did this rerun fail? A failed rerun returns None (SPEC 1.2: it counts as a failure
+        at every bar), and so does one without a finite metric on the audit set. A job that raised
+        re-raises here, as with Hydra's basic sweeper."""
+        value = ret.return_value
+        if value is None:
+            return [True] * len(taus)
+        if not isinstance(value, dict):
+            raise HydraException("The curtailing sweeper needs jobs that return {audit set: metric} "
+                                 f"or None, got {type(value).__name__}.")
+        metric = value.get(audit_set)
+        if isinstance(metric, bool) or not isinstance(metric, (int, float)) or not math.isfinite(metric):
+            return [True] * len(taus)
+        return [(metric < t) if higher_is_better else (metric > t) for t in taus]
+
+    @staticmethod
+    def _recipe_id(ret: JobReturn) -> str | None:
+        try:
+            from .tracking import recipe_identity
+
+            return recipe_identity(OmegaConf.to_container(ret.cfg, resolve=True))
+        except Exception:  # not a recipe_audit job config: a card matches it only in a one-recipe sweep
+            return None
+
+    # -- the sweep ----------------------------------------------------------------------------
+
+    def sweep(self, arguments: list[str]) -> Any:
+        from .stats import curtail_state, sample_floor
+
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        audit = self._audit()
+        taus = audit["taus"]
+        self.groups = self.group_jobs(self._jobs(arguments))
+        for g in self.groups:
+            g.failures = [0] * len(taus)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        log.info("curtailing sweep: %d group(s), %s planned seeds, batches of %d, stop on the %s at N",
+                 len(self.groups), "/".join(str(g.n_planned) for g in self.groups), self.batch_size,
+                 self.stop_on)
+        floor = sample_floor(audit["eps"], audit["delta"])
+        if any(g.n_planned < floor for g in self.groups):
+            log.warning("a plan of fewer than %d seeds (the sample floor at eps = %g, delta = %g) can never be "
+                        "release-supported: with stop_on=decision the first batch settles it",
+                        floor, audit["eps"], audit["delta"])
+        returns: list[Sequence[JobReturn]] = []
+        job_idx = 0
+        while True:
+            active = [g for g in self.groups if not g.done]
+            if not active:
+                break
+            batch, owners = [], []
+            for g in active:
+                take = g.jobs[g.launched:g.launched + self.batch_size]
+                batch += take
+                owners += [g] * len(take)
+            self.validate_batch_is_legal(batch)
+            results = self.launcher.launch(batch, initial_job_idx=job_idx)
+            job_idx += len(batch)
+            returns.append(results)
+            for ret, g in zip(results, owners, strict=True):
+                for i, f in enumerate(self.failed(ret, audit["audit_set"], taus, audit["higher_is_better"])):
+                    g.failures[i] += int(f)
+                g.launched += 1
+                if g.recipe_id is None:
+                    g.recipe_id = self._recipe_id(ret)
+            for g in active:
+                g.state = [curtail_state(k, g.launched, g.n_planned, audit["eps"], audit["delta"], self.stop_on)
+                           for k in g.failures]
+                g.done = g.launched >= g.n_planned or all(s.stop for s in g.state)
+                if g.done and g.launched < g.n_planned:
+                    log.info("curtailed %s after %d of %d reruns: %s", " ".join(g.overrides) or "the sweep",
+                             g.launched, g.n_planned, g.state[0].reason)
+        self.record = self._record(audit)
+        self._publish(sweep_dir)
+        return returns
+
+    def _record(self, audit: dict[str, Any]) -> dict[str, Any]:
+        groups = []
+        for g in self.groups:
+            groups.append({
+                "overrides": list(g.overrides), "recipe_id": g.recipe_id, "n_planned": g.n_planned,
+                "n_launched": g.launched, "launched_seeds": g.seeds[:g.launched],
+                "stopped_early": g.launched < g.n_planned, "failures": list(g.failures),
+                "verdicts_at_n": [s.verdict for s in g.state],
+                "possible_verdicts": [list(s.possible_verdicts) for s in g.state],
+                "reason": g.state[0].reason if len(g.state) == 1 else " ".join(
+                    f"At τ = {t:g}: {s.reason}" for t, s in zip(audit["taus"], g.state, strict=True)),
+            })
+        return {"version": RECORD_VERSION, "sweeper": "curtail", "stop_on": self.stop_on,
+                "batch_size": self.batch_size, **audit, "metric": keys.accuracy_key(audit["audit_set"]),
+                "n_planned": sum(g.n_planned for g in self.groups),
+                "n_launched": sum(g.launched for g in self.groups),
+                "stopped_early": any(g.launched < g.n_planned for g in self.groups),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "groups": groups}
+
+    def _publish(self, sweep_dir: Path) -> None:
+        """Write the record beside the sweep and onto the sweep parent run (if there is one)."""
+        text = json.dumps(self.record, separators=(",", ":"))
+        (sweep_dir / RECORD_FILE).write_text(json.dumps(self.record, indent=2))
+        from . import tracking
+
+        info = tracking.current_sweep(sweep_dir)
+        if info is None:
+            return
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=info.tracking_uri)
+        value = text
+        if len(text) > _MAX_TAG:
+            client.log_text(info.parent_run_id, text, RECORD_FILE)
+            value = keys.CURTAILMENT_ARTIFACT_PREFIX + RECORD_FILE
+        for k, v in ((keys.TAG_CURTAILMENT, value),
+                     (keys.TAG_CURTAIL_SUMMARY, f"{self.record['n_launched']} of {self.record['n_planned']} "
+                      f"planned reruns launched ({'stopped early' if self.record['stopped_early'] else 'ran to N'})")):
+            client.set_tag(info.parent_run_id, k, v)
+
+
+def register_plugin() -> None:
+    """Register the plugin class with Hydra by name. Hydra finds plugins by scanning the
+    ``hydra_plugins`` namespace package, which does not see packages of a PEP 660 editable install
+    (facebookresearch/hydra#2359, #3252), so the app registers its own sweeper explicitly
+    (``Plugins.register``, idempotent). Without the plugin package installed this does nothing."""
+    try:
+        from hydra_plugins.recipe_audit_sweeper.curtail import CurtailingSweeper
+    except ImportError:
+        return
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance().register(CurtailingSweeper)

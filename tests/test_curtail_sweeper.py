@@ -1,0 +1,169 @@
+"""The curtailing sweeper (SPEC 1.10): batches through the launcher, stops once the verdict at N is
+settled, records where and why. In-process with a fake launcher, then once end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SMALL, run_app
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+
+from recipe_audit import keys, stats
+from recipe_audit.sweeper import RECORD_FILE, CurtailingSweeperBase
+
+
+@pytest.fixture(autouse=True)
+def _no_sweep_parent(monkeypatch):
+    """No sweep parent run unless a test opens one (the record then goes to the sweep dir only)."""
+    monkeypatch.delenv("RECIPE_AUDIT_SWEEP", raising=False)
+
+
+class FakeLauncher:
+    """Returns, per job, ``outcome(overrides)`` as the job's return value; records the batches."""
+
+    def __init__(self, outcome):
+        self.outcome = outcome
+        self.batches = []
+
+    def launch(self, job_overrides, initial_job_idx):
+        self.batches.append((initial_job_idx, [list(j) for j in job_overrides]))
+        out = []
+        for job in job_overrides:
+            ov = dict(o.split("=", 1) for o in job)
+            ret = JobReturn(overrides=list(job), cfg=OmegaConf.create({}), status=JobStatus.COMPLETED)
+            ret.return_value = self.outcome(ov)
+            out.append(ret)
+        return out
+
+
+class Sweeper(CurtailingSweeperBase):
+    def validate_batch_is_legal(self, batch):  # nothing to compose here
+        pass
+
+
+def _sweeper(tmp_path, outcome, *, batch_size=3, stop_on="decision", taus=(0.7,), hib=True):
+    sw = Sweeper(batch_size=batch_size, stop_on=stop_on)
+    sw.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "sweep")}},
+                                  "audit": {"primary": "calibration", "taus": list(taus), "eps": 0.1,
+                                            "delta": 0.1, "higher_is_better": hib}})
+    sw.hydra_context = type("Ctx", (), {"config_loader": None})()
+    sw.launcher = FakeLauncher(outcome)
+    return sw
+
+
+def test_failing_recipe_stops_early_good_recipe_runs_to_n(tmp_path):
+    def outcome(ov):  # recipe "bad" crashes (None), recipe "good" scores 0.9
+        return None if ov["recipe"] == "bad" else {"calibration": 0.9}
+
+    sw = _sweeper(tmp_path, outcome)
+    sw.sweep(["recipe=bad,good", "seed=range(30)"])
+    bad, good = sw.groups
+    assert (bad.launched, good.launched) == (3, 30)  # N = 30 allows no failure: the first batch settles it
+    rec = json.loads((tmp_path / "sweep" / RECORD_FILE).read_text())
+    assert rec == sw.record and rec["n_planned"] == 60 and rec["n_launched"] == 33 and rec["stopped_early"]
+    g_bad, g_good = rec["groups"]
+    assert g_bad["overrides"] == ["recipe=bad"] and g_bad["launched_seeds"] == [0, 1, 2]
+    assert g_bad["stopped_early"] and g_bad["failures"] == [3] and g_bad["verdicts_at_n"] == ["unsupported"]
+    assert "not release-supported" in g_bad["reason"]
+    assert not g_good["stopped_early"] and g_good["verdicts_at_n"] == ["release-supported"]
+    # batches: both recipes in the first round, then only the good one; job indices run on
+    idx = [i for i, _ in sw.launcher.batches]
+    sizes = [len(b) for _, b in sw.launcher.batches]
+    assert sizes[0] == 6 and all(s == 3 for s in sizes[1:]) and idx == [sum(sizes[:i]) for i in range(len(sizes))]
+
+
+def test_stop_on_verdict_waits_for_strong_unsupported(tmp_path):
+    sw = _sweeper(tmp_path, lambda ov: {"calibration": 0.5}, stop_on="verdict")
+    sw.sweep(["seed=range(30)"])
+    (g,) = sw.groups
+    assert stats.curtail_plan(30).strong_min_k == 6 and g.launched == 6
+    assert g.state[0].verdict == "strong-unsupported" and g.state[0].verdict_determined
+
+
+def test_every_tau_must_be_settled_and_lower_is_better(tmp_path):
+    # 0.6 fails the bar 0.7 but passes 0.5: at 0.5 nothing is settled before N
+    sw = _sweeper(tmp_path, lambda ov: {"calibration": 0.6}, taus=(0.7, 0.5))
+    sw.sweep(["seed=range(30)"])
+    assert sw.groups[0].launched == 30 and sw.record["groups"][0]["failures"] == [30, 0]
+    assert "At τ = 0.7" in sw.record["groups"][0]["reason"]
+    low = _sweeper(tmp_path, lambda ov: {"calibration": 0.6}, taus=(0.5,), hib=False)  # a loss above 0.5
+    low.sweep(["seed=range(30)"])
+    assert low.groups[0].launched == 3
+    # a plan below the sample floor can never be supported: the first batch settles the decision
+    short = _sweeper(tmp_path, lambda ov: {"calibration": 0.9})
+    short.sweep(["seed=range(12)"])
+    assert short.groups[0].launched == 3 and "cannot certify" in short.record["groups"][0]["reason"]
+
+
+def test_missing_or_bad_metrics(tmp_path):
+    assert CurtailingSweeperBase.failed(_ret({"other": 0.9}), "calibration", [0.7], True) == [True]
+    assert CurtailingSweeperBase.failed(_ret({"calibration": float("nan")}), "calibration", [0.7], True) == [True]
+    assert CurtailingSweeperBase.failed(_ret({"calibration": 0.8}), "calibration", [0.7, 0.9], True) == [False, True]
+    with pytest.raises(HydraException, match="return"):
+        CurtailingSweeperBase.failed(_ret(0.8), "calibration", [0.7], True)
+    with pytest.raises(HydraException, match="seed sweep"):
+        _sweeper(tmp_path, lambda ov: None).sweep(["recipe.lr=1,2"])
+    with pytest.raises(HydraException, match="batch_size"):
+        Sweeper(batch_size=0)
+    with pytest.raises(HydraException, match="stop_on"):
+        Sweeper(stop_on="never")
+
+
+def _ret(value):
+    ret = JobReturn(status=JobStatus.COMPLETED)
+    ret.return_value = value
+    return ret
+
+
+def test_record_goes_onto_the_sweep_parent(tmp_path, store, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from recipe_audit import sweeper as sweeper_mod
+    from recipe_audit import tracking
+
+    info = tracking.start_sweep(tracking.open_store(store, "exp"), range(30), tmp_path / "sweep", [])
+    try:
+        sw = _sweeper(tmp_path, lambda ov: None)
+        sw.sweep(["seed=range(30)"])
+        client = MlflowClient(tracking_uri=store)
+        tags = client.get_run(info.parent_run_id).data.tags
+        assert json.loads(tags[keys.TAG_CURTAILMENT]) == sw.record
+        assert tags[keys.TAG_CURTAIL_SUMMARY].startswith("3 of 30 planned reruns launched (stopped early)")
+        monkeypatch.setattr(sweeper_mod, "_MAX_TAG", 10)  # a long record goes to an artifact
+        sw = _sweeper(tmp_path, lambda ov: None)
+        sw.sweep(["seed=range(30)"])
+        tags = client.get_run(info.parent_run_id).data.tags
+        assert tags[keys.TAG_CURTAILMENT] == keys.CURTAILMENT_ARTIFACT_PREFIX + RECORD_FILE
+    finally:
+        tracking.end_sweep(info)
+
+
+def test_curtailing_sweep_end_to_end(tmp_path, store):
+    """A recipe whose reruns all crash: the sweep stops after its first batch, and the card at the
+    end of the multirun states the verdict at the planned N with N, m and the reason."""
+    sweep_dir = tmp_path / "sweep"
+    proc = run_app(["-m", "hydra/sweeper=curtail", "hydra.sweeper.batch_size=4", "seed=range(30)",
+                    "recipe.lr=1e9", f"hydra.sweep.dir={sweep_dir}", *SMALL], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=store)
+    exp = client.get_experiment_by_name("recipe_audit")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    reruns = [r for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_RERUN]
+    (parent,) = [r for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_SWEEP]
+    assert sorted(int(r.data.tags[keys.TAG_SEED]) for r in reruns) == [0, 1, 2, 3]
+    assert all(r.info.status == "FAILED" for r in reruns)
+    assert json.loads(parent.data.tags[keys.TAG_PLANNED_SEEDS]) == list(range(30))  # the plan stays recorded
+    assert json.loads(parent.data.tags[keys.TAG_CURTAILMENT])["n_launched"] == 4
+    card = json.loads((sweep_dir / "card" / "card.json").read_text())
+    (e,) = card["cells"]
+    assert (e["n_reruns"], e["n_failures"], e["verdict"]) == (4, 4, "unsupported")
+    assert {u["reason"] for u in e["unfinished"]} == {"failed"}
+    assert e["curtailment"]["n_planned"] == 30 and e["curtailment"]["stopped_early"]
+    assert "release-supported at N = 30 allows at most 0 failures" in e["curtailment"]["sweep_reason"]
+    assert "4/4 (N = 30 planned)" in proc.stdout
