@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import sys
 from pathlib import Path
 
 from . import keys
+from .commands.args import count, finite, probability
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,45 +24,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"recipe-audit: error: {message}\n")
 
 
-def _probability(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"{text} must lie strictly between 0 and 1")
-    return v
-
-
-def _finite(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
-    return v
-
-
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return v
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="recipe-audit", description="Recipe cards from MLflow reruns.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     b = sub.add_parser("bound", help="the exact tail bound and verdict for k failures in N reruns")
-    b.add_argument("--failures", "-k", type=_count, required=True, help="failed reruns k")
-    b.add_argument("--reruns", "-n", type=_count, required=True, help="reruns N")
-    b.add_argument("--eps", type=_probability, default=0.10, help="failure budget ε (default 0.10)")
-    b.add_argument("--delta", type=_probability, default=0.10, help="statistical risk δ (default 0.10)")
+    b.add_argument("--failures", "-k", type=count, required=True, help="failed reruns k")
+    b.add_argument("--reruns", "-n", type=count, required=True, help="reruns N")
+    b.add_argument("--eps", type=probability, default=0.10, help="failure budget ε (default 0.10)")
+    b.add_argument("--delta", type=probability, default=0.10, help="statistical risk δ (default 0.10)")
     b.add_argument("--json", action="store_true", help="print one JSON object")
 
     c = sub.add_parser("card", help="compute recipe cards from an MLflow experiment")
@@ -78,10 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the seed is, MLflow-style (e.g. params.seed)")
     c.add_argument("--group-by", action="extend", nargs="+", default=[], metavar="KEY",
                    help="keys that define a cell besides the recipe identity (e.g. params.model_name)")
-    c.add_argument("--tau", action="extend", nargs="+", type=_finite, default=[], metavar="T",
+    c.add_argument("--tau", action="extend", nargs="+", type=finite, default=[], metavar="T",
                    help="release bar(s) τ; several give a grid (default 0.7)")
-    c.add_argument("--eps", type=_probability, default=0.10)
-    c.add_argument("--delta", type=_probability, default=0.10)
+    c.add_argument("--eps", type=probability, default=0.10)
+    c.add_argument("--delta", type=probability, default=0.10)
     c.add_argument("--lower-is-better", action="store_true", help="the metric is a loss: fail when > τ")
     c.add_argument("--unfinished", choices=("fail", "refuse"), default="fail",
                    help="unfinished reruns count as failures (default) or refuse the card")
@@ -94,9 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-log", action="store_true", help="do not log the card as MLflow runs")
     c.add_argument("--split-audit", action="store_true", help="add the held-out split audit (SPEC 1.8)")
     c.add_argument("--responsiveness", action="store_true", help="add the evidence-responsiveness plot")
-    c.add_argument("--splits", type=_count, default=1000, help="random splits for the split audit")
-    c.add_argument("--bootstrap", type=_count, default=2000, help="bootstrap resamples B")
-    c.add_argument("--bootstrap-seed", type=_count, default=0)
+    c.add_argument("--splits", type=count, default=1000, help="random splits for the split audit")
+    c.add_argument("--bootstrap", type=count, default=2000, help="bootstrap resamples B")
+    c.add_argument("--bootstrap-seed", type=count, default=0)
     c.add_argument("--band-method", choices=("auto", "exact-cp", "exact-ks", "dkw"), default="auto",
                    help="the simultaneous band valid for every τ (default: exact Clopper–Pearson shape)")
 

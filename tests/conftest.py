@@ -28,7 +28,10 @@ def store(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # MLflow's default artifact root is relative to the working directory
     yield uri
     import mlflow
+    from mlflow.tracking._tracking_service import utils as tracking_utils
 
+    # a test that called mlflow.set_tracking_uri must not pin the store of the next test
+    tracking_utils._tracking_uri = None
     assert mlflow.active_run() is None, "a test leaked an active MLflow run"
 
 

@@ -12,50 +12,12 @@ no card written.
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 from ..stats import acceptance as sa
+from .args import count, number, positive, probability
 
-
-def _unit(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"{text} must lie strictly between 0 and 1")
-    return v
-
-
-def _positive(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
-    return v
-
-
-def _margin(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= v < 0.5:
-        raise argparse.ArgumentTypeError(f"{text} must lie in [0, 0.5)")
-    return v
-
-
-def _whole(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return v
+margin = number(lambda v: 0 <= v < 0.5, "must lie in [0, 0.5)")
 
 
 def register(subparsers) -> dict:
@@ -90,12 +52,12 @@ def register(subparsers) -> dict:
     mech.add_argument("--alphas", default=None, metavar="FILE", help="JSON with α_T and α_A computed elsewhere")
     mech.add_argument("--claimed-class", choices=sa.MECHANISM_CLASSES, default=None,
                       help="claimed mechanism class when the α file does not declare it")
-    mech.add_argument("--boundary", type=_positive, default=sa.DEFAULT_BOUNDARY, help="ρ_AT boundary (default 0.6)")
+    mech.add_argument("--boundary", type=positive, default=sa.DEFAULT_BOUNDARY, help="ρ_AT boundary (default 0.6)")
     opt = p.add_argument_group("statistics")
-    opt.add_argument("--resamples", type=_whole, default=sa.DEFAULT_RESAMPLES, help="bootstrap resamples (default 5000)")
-    opt.add_argument("--seed", type=_whole, default=0, help="bootstrap seed (default 0)")
-    opt.add_argument("--level", type=_unit, default=sa.DEFAULT_LEVEL, help="interval level for (a) (default 0.95)")
-    opt.add_argument("--margin", type=_margin, default=sa.DEFAULT_MARGIN,
+    opt.add_argument("--resamples", type=count, default=sa.DEFAULT_RESAMPLES, help="bootstrap resamples (default 5000)")
+    opt.add_argument("--seed", type=count, default=0, help="bootstrap seed (default 0)")
+    opt.add_argument("--level", type=probability, default=sa.DEFAULT_LEVEL, help="interval level for (a) (default 0.95)")
+    opt.add_argument("--margin", type=margin, default=sa.DEFAULT_MARGIN,
                      help="degeneracy margin for (d) baseline rates (default 0.02)")
     opt.add_argument("--no-item-level", action="store_true", help="skip the item-level comparison intervals")
     out = p.add_argument_group("output")

@@ -15,18 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
-
-def _finite(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
-    return v
+from .args import finite
 
 
 def _uri_option(p: argparse.ArgumentParser) -> None:
@@ -59,7 +50,7 @@ def register(subparsers) -> dict:
                    help="card JSON: a file, a directory with card.json, or an artifact URI (runs:/RUN/card.json)")
     a.add_argument("--audit", action="append", default=[], metavar="AUDIT",
                    help="attach only the cells of this audit set (repeatable)")
-    a.add_argument("--tau", action="extend", nargs="+", type=_finite, default=[], metavar="T",
+    a.add_argument("--tau", action="extend", nargs="+", type=finite, default=[], metavar="T",
                    help="attach only the cells at this τ")
     a.add_argument("--recipe-id", default=None, help="the card's recipe to attach (default: the version's own)")
     a.add_argument("--set-alias", default=None, metavar="ALIAS", help="then point this alias at the version")
@@ -72,7 +63,7 @@ def register(subparsers) -> dict:
     which.add_argument("--version", default=None)
     which.add_argument("--alias", default=None)
     g.add_argument("--audit", default=None, help="audit set the release is judged on (default calibration)")
-    g.add_argument("--tau", type=_finite, default=None, help="release bar τ (default: every τ attached)")
+    g.add_argument("--tau", type=finite, default=None, help="release bar τ (default: every τ attached)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     _uri_option(g)
 
