@@ -27,6 +27,8 @@ class ModelConfig:
     intermediate_size: int = 128
     dropout: float = 0.1
     max_length: int = 48
+    # the model's attention projections: what a LoRA recipe adapts unless it names its own
+    lora_target_modules: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -35,8 +37,10 @@ class LoraConfig:
     r: int = 8
     alpha: int = 16
     dropout: float = 0.0
+    # empty: the model's own model.lora_target_modules, so one LoRA recipe fits every model
     target_modules: list[str] = field(default_factory=list)
-    # modules trained in full next to the adapters (the new classification head)
+    # modules trained in full next to the adapters; peft already trains a sequence
+    # classifier's new head ("classifier" / "score")
     modules_to_save: list[str] = field(default_factory=list)
 
 
@@ -93,6 +97,8 @@ class TrackingConfig:
     log_model: bool = False
     # compute and log recipe cards when a multirun ends
     card_on_multirun_end: bool = True
+    # continue an interrupted sweep: skip seeds that already have a finished rerun (launchers/README.md)
+    resume: bool = False
 
 
 @dataclass

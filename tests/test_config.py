@@ -109,7 +109,8 @@ def test_unknown_task_option_is_one_sentence():
         build_task(cfg.task)
 
 
-@pytest.mark.parametrize("overrides", [[], ["model=tiny_neox", "recipe=lora"]])
+@pytest.mark.parametrize("overrides", [[], ["model=tiny_neox", "recipe=lora"], ["recipe=lora"],
+                                       ["model=tiny_neox"]])
 def test_models_build(overrides):
     cfg = _typed(overrides + ["task.options.n_train=50", "task.options.n_audit=20"])
     prepared = prepare_task(cfg.task, cfg.model)
@@ -118,6 +119,8 @@ def test_models_build(overrides):
     total = sum(p.numel() for p in model.parameters())
     if cfg.recipe.lora.enabled:
         assert trainable < total / 3  # adapters and the head only
+        adapted = {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in model.named_parameters() if "lora_A" in n}
+        assert adapted == set(cfg.model.lora_target_modules)  # the model's own projections
     else:
         assert trainable == total
     assert select_audits(prepared.task, cfg.audit)[0] == "calibration"

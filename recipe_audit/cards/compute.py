@@ -69,6 +69,7 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
                               group_by=list(req.group_by))
     except QueryError as exc:
         raise CardError(str(exc)) from None
+    _refuse_mixed_groups(sets, req)
     cells: list[Cell] = []
     for rs in sets:
         rows = frame[frame["run_id"].isin([r for r in rs.run_ids if r])]
@@ -115,6 +116,23 @@ def _shift_checked(cell: Cell, scored_on) -> Cell:
     if configured and cell.shift_refusal is not None:
         return replace(cell, shift_refusal=None)
     return cell
+
+
+def _refuse_mixed_groups(sets, req: CardRequest) -> None:
+    """Cells are (recipe identity, group values). When the user names group keys, one group
+    value holding reruns of two recipe identities means the keys do not separate the recipes:
+    the card would show two cells under one label. Refuse, naming the group."""
+    if not req.group_by:
+        return
+    seen: dict[tuple, set] = {}
+    for rs in sets:
+        key = tuple(str(rs.group.get(g)) for g in req.group_by)
+        seen.setdefault(key, set()).add(rs.recipe_id)
+    for key, ids in seen.items():
+        if len(ids) > 1:
+            label = ", ".join(f"{g}={v}" for g, v in zip(req.group_by, key, strict=True))
+            raise CardError(f"Runs of {len(ids)} recipes are mixed in the cell {label}; add a --group-by key "
+                            f"that separates them or pick one with --recipe-id.")
 
 
 def _add_split_audit(doc, cells: Sequence[Cell], opts: CardOptions, split_audit: bool,

@@ -93,15 +93,17 @@ def build_model(mcfg: ModelConfig, lora: LoraConfig, tokenizer, num_labels: int)
     if lora.enabled:
         import peft
 
-        if not lora.target_modules:
-            raise ModelError(f"Recipe enables LoRA but names no lora.target_modules for model '{mcfg.name}'.")
+        targets = list(lora.target_modules) or list(mcfg.lora_target_modules)
+        if not targets:
+            raise ModelError(f"Recipe enables LoRA but neither recipe.lora.target_modules nor "
+                             f"model.lora_target_modules names the modules to adapt in model '{mcfg.name}'.")
         names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
-        missing = [t for t in lora.target_modules if t not in names]
+        missing = [t for t in targets if t not in names]
         if missing:
             raise ModelError(f"LoRA target module(s) {missing} do not exist in model '{mcfg.name}'.")
         pcfg = peft.LoraConfig(
             task_type=peft.TaskType.SEQ_CLS, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-            target_modules=list(lora.target_modules), modules_to_save=list(lora.modules_to_save) or None,
+            target_modules=targets, modules_to_save=list(lora.modules_to_save) or None,
         )
         model = peft.get_peft_model(model, pcfg)
     return model
