@@ -121,10 +121,14 @@ class ConfigurationError(ValueError):
 
 def run_job(cfg: DictConfig) -> dict[str, float] | None:
     """Train and log one rerun. Returns the audit accuracies (None when the rerun failed)."""
+    if OmegaConf.select(cfg, "experiment.kind", default=None) == "acceptance":  # experiment=acceptance
+        from .acceptance.experiment import run_cell_job
+
+        return run_cell_job(cfg)
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from . import tracking
+    from . import keys, tracking
     from .config import RunConfig
     from .train.loop import RecipeError, prepare_task, select_audits, train_rerun
     from .train.models import ModelError
@@ -163,15 +167,31 @@ def run_job(cfg: DictConfig) -> dict[str, float] | None:
     mlflow.set_tracking_uri(store.uri)
     sweep = tracking.current_sweep(_sweep_dir(hc)) if multirun else None
     recipe_id = tracking.recipe_identity(config_dict)
-    logger = tracking.RerunLogger(store, config_dict, run_cfg.seed, recipe_id=recipe_id, sweep=sweep,
-                                  audit_sets=[*audit_sets, *(x.name for x in extra_audits)])
-    logger.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+    if run_cfg.tracking.resume:  # a seed already finished is not trained (nor counted) twice
+        try:
+            done = tracking.finished_rerun(store, recipe_id, run_cfg.seed,
+                                           keys.accuracy_key(run_cfg.audit.primary), sweep)
+        except Exception:
+            _stop_if_store_gone(store, run_cfg.seed)
+            raise
+        if done is not None:
+            log.info("seed %d recipe=%s: finished rerun %s exists, skipped (resume)", run_cfg.seed,
+                     run_cfg.recipe.name, done.info.run_id)
+            return {k.split("/", 1)[1]: v for k, v in done.data.metrics.items() if k.startswith("accuracy/")}
+    try:
+        logger = tracking.RerunLogger(store, config_dict, run_cfg.seed, recipe_id=recipe_id, sweep=sweep,
+                                      audit_sets=[*audit_sets, *(x.name for x in extra_audits)])
+        logger.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+    except Exception:
+        _stop_if_store_gone(store, run_cfg.seed)
+        raise
     _freeze_setup()
     try:
         result = train_rerun(
             run_cfg.seed, run_cfg.model, run_cfg.recipe, prepared, audit_sets,
             eval_batch_size=run_cfg.audit.eval_batch_size, progress=run_cfg.progress,
-            keep_model=run_cfg.tracking.log_model, on_step=logger.log_step, extra_audits=extra_audits,
+            keep_model=run_cfg.tracking.log_model, on_step=_with_fault(run_cfg.seed, logger.log_step),
+            extra_audits=extra_audits,
         )
         logger.log_result(result)
         if run_cfg.tracking.log_model:
@@ -180,19 +200,57 @@ def run_job(cfg: DictConfig) -> dict[str, float] | None:
         logger.fail(exc)
         _fail(str(exc))
     except Exception as exc:  # a crashing rerun is data (SPEC 1.2): record it, go on
+        _stop_if_store_gone(store, run_cfg.seed)
         logger.fail(exc)
         msg = f"seed {run_cfg.seed} FAILED ({type(exc).__name__}: {exc}); recorded in run {logger.run_id}"
         if not multirun:
             _fail(msg)
         log.error(msg)
         return None
-    logger.finish()
+    try:
+        logger.finish()
+    except Exception:
+        _stop_if_store_gone(store, run_cfg.seed)
+        raise
     accs = {name: s.accuracy for name, s in result.audits.items()}
     primary = run_cfg.audit.primary
     shown = f"{primary}={accs[primary]:.3f}" if primary in accs else ""
     log.info("seed %d %s recipe=%s %s (%.1fs) run %s", run_cfg.seed, run_cfg.model.name,
              run_cfg.recipe.name, shown, result.train_seconds, logger.run_id)
     return accs
+
+
+def _stop_if_store_gone(store, seed: int) -> None:
+    """A tracking server that went away mid-sweep stops the sweep with one sentence (rather than
+    recording reruns nowhere): every rerun that finished before is in the store, and relaunching
+    with ``tracking.resume=true`` trains only the others."""
+    from . import tracking
+
+    try:
+        tracking.check_reachable(store.uri)
+    except tracking.TrackingError as exc:
+        _fail(f"{exc} Seed {seed} was not recorded and the sweep stops here; the reruns that finished "
+              "are in the store: relaunch the same command with tracking.resume=true once it is back.")
+
+
+def _with_fault(seed: int, on_step):
+    """Fault injection for the fault tests: ``RECIPE_AUDIT_FAULT_SIGKILL=SEED:STEP`` kills the
+    process training SEED with SIGKILL at STEP (as an out-of-memory killer or a lost node would)."""
+    import os
+
+    spec = os.environ.get("RECIPE_AUDIT_FAULT_SIGKILL", "")
+    if not spec or int(spec.split(":")[0]) != seed:
+        return on_step
+    at = int(spec.split(":")[1])
+
+    def step(i, loss, *args, **kwargs):
+        on_step(i, loss, *args, **kwargs)
+        if i >= at:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return step
 
 
 def _sweep_dir(hc):

@@ -53,7 +53,13 @@ class RecipeCardCallback(Callback):
             print(f"recipe_audit: error: {exc}", file=sys.stderr)
             sys.exit(2)
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        self.sweep = tracking.start_sweep(store, seeds, sweep_dir, list(config.hydra.overrides.task))
+        overrides = list(config.hydra.overrides.task)
+        if OmegaConf.select(config, "tracking.resume", default=False):
+            self.sweep = tracking.reopen_sweep(store, seeds, sweep_dir, overrides)
+            if self.sweep is not None:
+                log.info("resuming sweep %s", self.sweep.sweep_id)
+        if self.sweep is None:
+            self.sweep = tracking.start_sweep(store, seeds, sweep_dir, overrides)
         log.info("sweep %s: %d planned seeds, parent run %s in %s", self.sweep.sweep_id, len(seeds),
                  self.sweep.parent_run_id, store.uri)
 
@@ -62,8 +68,15 @@ class RecipeCardCallback(Callback):
 
         if self.sweep is None:
             return
+        for run_id in tracking.close_dead_reruns(self.sweep):  # every job has returned
+            log.warning("rerun %s never finished (its process died): recorded as KILLED", run_id)
         tracking.end_sweep(self.sweep)
-        if OmegaConf.select(config, "tracking.card_on_multirun_end", default=True):
+        if (OmegaConf.select(config, "tracking.card_on_multirun_end", default=True)
+                and OmegaConf.select(config, "experiment.kind", default=None) == "acceptance"):
+            from .acceptance.experiment import card_for_sweep
+
+            card_for_sweep(self.sweep, config, Path(str(config.hydra.sweep.dir)))
+        elif OmegaConf.select(config, "tracking.card_on_multirun_end", default=True):
             from .cards.sweep import cards_for_sweep
 
             cards_for_sweep(self.sweep, OmegaConf.to_container(config.audit, resolve=True),

@@ -102,6 +102,65 @@ class TrackingConfig:
 
 
 @dataclass
+class AcceptanceModelConfig:
+    # the tiny BERT classifier of the worked acceptance audit (4 classes = answer options)
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 2
+    intermediate_size: int = 128
+    max_length: int = 40
+
+
+@dataclass
+class AcceptanceBaseConfig:
+    # base training (once per base config, cached): both tasks, correct answers, both framings
+    seed: int = 0
+    lr: float = 3.0e-3
+    steps: int = 3000
+    batch_size: int = 64
+
+
+@dataclass
+class AcceptanceInstallConfig:
+    # the install fine-tune of every cell (LoRA on q/k/v/o; the defense's penalty is added)
+    r: int = 8
+    alpha: int = 16
+    lr: float = 3.0e-3  # 10 % warm-up, linear decay, gradient norm clipped at 1
+    steps: int = 1000
+    batch_size: int = 16
+
+
+@dataclass
+class ExperimentConfig:
+    """``experiment=acceptance``: the worked acceptance audit (recipe_audit.acceptance.experiment)."""
+
+    kind: str = "acceptance"
+    cache_dir: str = "mlruns/acceptance_cache"  # the base model, cached by a hash of its config
+    data_seed: int = 0
+    n_words: int = 64  # answer-word vocabulary shared by all subjects
+    n_train_subjects: int = 8
+    n_fresh_subjects: int = 4  # disjoint subjects: the fresh split (gate (b))
+    pool_size: int = 12  # answer words per subject
+    n_base: int = 3000  # base-training questions per task
+    n_install: int = 600  # install questions per task (each in both framings)
+    n_eval: int = 200  # questions per record split (x templates x framings)
+    n_calibration: int = 64  # calibration items for rho_AT (and as many probe items for attack_proj)
+    attack_fraction: float = 0.9  # share of install questions whose eval framing gets the wrong answer
+    resamples: int = 5000  # gate (a) bootstrap
+    model: AcceptanceModelConfig = field(default_factory=AcceptanceModelConfig)
+    base: AcceptanceBaseConfig = field(default_factory=AcceptanceBaseConfig)
+    install: AcceptanceInstallConfig = field(default_factory=AcceptanceInstallConfig)
+
+
+@dataclass
+class DefenseConfig:
+    name: str = MISSING
+    kind: str = MISSING  # none | l2sp | attack_proj | consistency
+    strength: float = 0.0  # lambda of the penalty
+    claimed_class: str | None = None  # shrinkage | attack-targeted (declared before the audit)
+
+
+@dataclass
 class RunConfig:
     model: ModelConfig = MISSING
     task: TaskConfig = MISSING
@@ -112,6 +171,9 @@ class RunConfig:
     progress: bool = True  # progress bar during training
     # torch threads per rerun (0: leave torch's default)
     threads: int = 0
+    # experiment=acceptance (conf/experiment/acceptance.yaml) sets these; None for recipe reruns
+    experiment: ExperimentConfig | None = None
+    defense: DefenseConfig | None = None
 
 
 def register_configs() -> None:
@@ -125,6 +187,7 @@ def register_configs() -> None:
     cs.store(group="recipe", name="schema_recipe", node=RecipeConfig)
     cs.store(group="audit", name="schema_audit", node=AuditConfig)
     cs.store(group="tracking", name="schema_tracking", node=TrackingConfig)
+    cs.store(group="defense", name="schema_defense", node=DefenseConfig)
     from .sweeper import register_plugin
 
     register_plugin()  # hydra/sweeper=curtail

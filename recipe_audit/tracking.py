@@ -388,3 +388,85 @@ class RerunLogger:
         self.client.set_tag(self.run_id, keys.TAG_ERROR, f"{type(exc).__name__}: {_one_line(exc)}")
         self.log_text("".join(traceback.format_exception(exc)), "error.txt")
         self.client.set_terminated(self.run_id, "FAILED")
+
+
+# ------------------------------------------------------------------------------------------
+# Scale-out: resumed sweeps, reruns whose process died (launchers/README.md)
+# ------------------------------------------------------------------------------------------
+
+_RESUME_IGNORED = ("tracking.resume", "hydra.")
+
+
+def _overrides_key(overrides: Iterable[str]) -> str:
+    return " ".join(o for o in overrides if not o.lstrip("+~").startswith(_RESUME_IGNORED))
+
+
+def reopen_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path,
+                 overrides: list[str]) -> SweepInfo | None:
+    """The interrupted sweep to continue (``tracking.resume=true``): the one recorded in
+    ``sweep_dir`` (relaunch with the same ``hydra.sweep.dir``), else the most recent sweep of the
+    experiment launched with the same overrides. Its parent run is reopened (RUNNING), its planned
+    seeds become the union of both plans, and it is published to the jobs as ``start_sweep``
+    does. None when there is nothing to resume."""
+    from mlflow.entities import RunStatus
+
+    client = store.client
+    old: SweepInfo | None = None
+    if (sweep_dir / SWEEP_FILE).is_file():
+        old = SweepInfo.from_json((sweep_dir / SWEEP_FILE).read_text())
+        if (old.tracking_uri, old.experiment_name) != (store.uri, store.experiment_name):
+            old = None
+    if old is None:
+        want = _overrides_key(overrides)
+        for run in client.search_runs([store.experiment_id],
+                                      filter_string=f"tags.`{keys.TAG_KIND}` = '{keys.KIND_SWEEP}'",
+                                      order_by=["attributes.start_time DESC"], max_results=200):
+            tags = run.data.tags
+            if _overrides_key(tags.get("recipe_audit.overrides", "").split()) == want:
+                old = SweepInfo(tags[keys.TAG_SWEEP_ID], run.info.run_id, store.uri, store.experiment_name,
+                                tuple(json.loads(tags.get(keys.TAG_PLANNED_SEEDS, "[]"))))
+                break
+    if old is None:
+        return None
+    seeds = tuple(sorted(set(old.planned_seeds) | {int(s) for s in planned_seeds}))
+    client.update_run(old.parent_run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+    client.set_tag(old.parent_run_id, keys.TAG_PLANNED_SEEDS, json.dumps(list(seeds), separators=(",", ":")))
+    info = SweepInfo(old.sweep_id, old.parent_run_id, store.uri, store.experiment_name, seeds)
+    os.environ[SWEEP_ENV] = info.to_json()
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / SWEEP_FILE).write_text(info.to_json())
+    return info
+
+
+def finished_rerun(store: Store, recipe_id: str, seed: int, metric: str,
+                   sweep: SweepInfo | None = None) -> Any | None:
+    """A FINISHED rerun of this recipe identity and seed whose ``metric`` is finite (of ``sweep``
+    when given: the card of a sweep reads that sweep's reruns), or None. What ``resume`` skips."""
+    filt = (f"tags.`{keys.TAG_RECIPE_ID}` = '{recipe_id}' and tags.`{keys.TAG_SEED}` = '{int(seed)}' "
+            f"and tags.`{keys.TAG_KIND}` = '{keys.KIND_RERUN}' and attributes.status = 'FINISHED'")
+    if sweep is not None:
+        filt += f" and tags.`{keys.TAG_SWEEP_ID}` = '{sweep.sweep_id}'"
+    for run in store.client.search_runs([store.experiment_id], filter_string=filt, max_results=50):
+        value = run.data.metrics.get(metric)
+        if value is not None and math.isfinite(value):
+            return run
+    return None
+
+
+def close_dead_reruns(info: SweepInfo) -> list[str]:
+    """At the end of a multirun every job has returned, so a rerun of the sweep still RUNNING
+    belongs to a process that died without closing it (SIGKILL, out of memory, node lost):
+    mark it KILLED, with the reason, so the card lists it as unfinished (SPEC 1.2) under its
+    true cause. Returns the run ids closed."""
+    client = _client(info.tracking_uri)
+    exp = client.get_experiment_by_name(info.experiment_name)
+    if exp is None:
+        return []
+    filt = (f"tags.`{keys.TAG_SWEEP_ID}` = '{info.sweep_id}' and tags.`{keys.TAG_KIND}` = '{keys.KIND_RERUN}' "
+            "and attributes.status = 'RUNNING'")
+    closed = []
+    for run in client.search_runs([exp.experiment_id], filter_string=filt, max_results=50000):
+        client.set_tag(run.info.run_id, keys.TAG_ERROR, "the rerun's process died before it finished")
+        client.set_terminated(run.info.run_id, "KILLED")
+        closed.append(run.info.run_id)
+    return closed

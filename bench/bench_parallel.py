@@ -1,0 +1,76 @@
+"""Parallel efficiency: 2 local workers (joblib, one torch thread each) vs the sequential launcher.
+
+    python bench/bench_parallel.py                   # 16 reruns of the default recipe, 2 rounds
+    python bench/bench_parallel.py --reruns 8 --rounds 3
+
+Both sides run the same command, ``python -m recipe_audit -m 'seed=range(N)'`` with the default
+recipe, model and task, each into its own fresh SQLite store, card included: end-to-end wall time
+as a user sees it. The machine is shared, so the sides are interleaved (sequential, parallel,
+sequential, ...) and the load average is printed with each measurement. Target: ratio >= 1.6.
+The sequential side is timed twice: with torch's default threads (what ``python -m recipe_audit -m``
+does) and with ``threads=1``; the verdict is against the faster of the two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def one(side: str, reruns: int, tmp: Path, i: int) -> float:
+    d = tmp / f"{side}{i}"
+    d.mkdir()
+    args = [sys.executable, "-m", "recipe_audit", "-m", f"seed=range({reruns})", "progress=false",
+            f"hydra.sweep.dir={d / 'sweep'}"]
+    if side == "parallel":
+        args += ["hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2", "threads=1"]
+    elif side == "sequential-1t":  # the sequential launcher with one torch thread, for reference
+        args += ["threads=1"]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{d / 'mlflow.db'}",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    t0 = time.perf_counter()
+    proc = subprocess.run(args, cwd=d, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0 or proc.stdout.count("Recipe cards (") != 1:
+        raise SystemExit(f"{side} sweep failed:\n{proc.stderr[-3000:]}")
+    return wall
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reruns", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--no-one-thread", action="store_true",
+                    help="do not also time the sequential launcher with threads=1")
+    a = ap.parse_args(argv)
+    sides = ["sequential", "parallel"] + ([] if a.no_one_thread else ["sequential-1t"])
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    print(f"cores: {os.cpu_count()}; {a.reruns} reruns of the default recipe per sweep")
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(a.rounds):
+            for side in sides:
+                t = one(side, a.reruns, Path(tmp), i)
+                times[side].append(t)
+                print(f"round {i} {side:10s} {t:6.1f} s   load average {os.getloadavg()[0]:.2f}", flush=True)
+    par = statistics.median(times["parallel"])
+    for side in [x for x in sides if x != "parallel"]:
+        seq = statistics.median(times[side])
+        print(f"{side} (median) {seq:.1f} s vs 2 workers x 1 thread (median) {par:.1f} s: ratio {seq / par:.2f}x")
+    # the verdict is against the faster sequential variant: a sequential sweep slowed down by its own
+    # threads fighting for the cores (or other users' processes) is no fair baseline
+    best = min(statistics.median(times[x]) for x in sides if x != "parallel")
+    print(f"ratio against the faster sequential run: {best / par:.2f}x ({'PASS' if best / par >= 1.6 else 'FAIL'} "
+          f">= 1.6); load average now {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

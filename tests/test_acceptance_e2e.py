@@ -1,0 +1,177 @@
+"""The worked acceptance audit end to end (experiment=acceptance): wiring and invariants only,
+never a hoped-for verdict. The small pipeline (size=small) runs once per module."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_app
+
+from recipe_audit.acceptance import experiment as X
+from recipe_audit.acceptance.records import COLUMNS, read_records
+
+DEFENSES = ("none", "l2sp", "attack_proj", "consistency")
+SEEDS = (0, 1)
+
+TINY = {  # a base and an install of a few steps: for in-process checks
+    "kind": "acceptance", "data_seed": 0, "n_words": 32, "n_train_subjects": 3, "n_fresh_subjects": 2, "pool_size": 8,
+    "n_base": 60, "n_install": 20, "n_eval": 6, "n_calibration": 4, "attack_fraction": 0.9, "resamples": 50,
+    "model": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_length": 40},
+    "base": {"seed": 0, "lr": 3e-3, "steps": 5, "batch_size": 16},
+    "install": {"r": 2, "alpha": 4, "lr": 5e-3, "steps": 4, "batch_size": 4},
+}
+
+
+def test_compose_acceptance_experiment():
+    from hydra import compose, initialize_config_module
+
+    from recipe_audit.config import register_configs
+
+    register_configs()
+    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+        cfg = compose("config", ["experiment=acceptance", "defense=attack_proj", "size=small"], return_hydra_config=True)
+    assert cfg.experiment.kind == "acceptance"
+    assert cfg.defense.claimed_class == "attack-targeted"
+    assert cfg.experiment.base.steps == 150  # size=small
+    assert set(str(cfg.hydra.sweeper.params.defense).split(",")) == set(DEFENSES)
+    for name in DEFENSES:
+        with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+            c = compose("config", ["experiment=acceptance", f"defense={name}"])
+        assert c.defense.kind == name
+        assert (c.defense.claimed_class is None) == (name == "none")
+
+
+def test_build_data_splits_and_pairing():
+    data = X.build_data(TINY)
+    ev = data["eval"]
+    keys = {(it.task, it.split) for it in ev}
+    assert keys == {("mcq", "heldout"), ("mcq", "fresh"), ("syco", "heldout")}
+    fresh = {it.subject for it in ev if it.split == "fresh"}
+    train = {it.subject for it in ev if it.split == "heldout"}
+    assert fresh and train and not fresh & train  # fresh subjects are disjoint from training subjects
+    per_q: dict = {}
+    for it in ev:
+        per_q.setdefault((it.task, it.question_id), set()).add((it.template_id, it.framing))
+    n_t = len(X.EVAL_TEMPLATES)
+    assert all(len(v) == 2 * n_t for v in per_q.values())  # every template in both framings
+    # questions are distinct across base, install and records
+    ids = [it.question_id for k in ("base", "install") for it in data[k]] + [q for _, q in per_q]
+    assert len({*ids}) == len({it.question_id for it in data["base"]}) + len({it.question_id for it in data["install"]}) + len(per_q)
+    assert X.build_data(TINY)["eval"] == ev  # seeded
+
+
+def test_run_cell_records_are_deterministic(tmp_path):
+    base_dir = X.ensure_base(TINY, tmp_path / "cache")
+    assert X.ensure_base(TINY, tmp_path / "cache") == base_dir  # cached by the config hash
+    info = json.loads((base_dir / "base.json").read_text())
+    assert info["key"] == X.base_key(TINY)
+    d = {"name": "attack_proj", "kind": "attack_proj", "strength": 10.0, "claimed_class": "attack-targeted"}
+    a = X.run_cell(TINY, d, 3, base_dir, tmp_path / "a", "attack_proj_s3")
+    b = X.run_cell(TINY, d, 3, base_dir, tmp_path / "b", "attack_proj_s3")
+    assert list(a.records.columns[:len(COLUMNS)]) == list(COLUMNS)
+    assert a.records.equals(b.records)
+    assert (tmp_path / "a" / "adapter" / "adapter_config.json").is_file()
+    assert (tmp_path / "a" / "adapter" / "recipe_audit_base.json").is_file()
+    read_records([a.records])  # validates: no duplicated keys, vocabularies
+
+
+@pytest.fixture(scope="module")
+def small_sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("acceptance_e2e")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    proc = run_app(["-m", "experiment=acceptance", "size=small", f"seed={','.join(map(str, SEEDS))}",
+                    f"hydra.sweep.dir={root / 'sweep'}"], cwd=root, env_extra={"MLFLOW_TRACKING_URI": uri},
+                   timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root, uri, proc
+
+
+def _runs(uri, kind):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("recipe_audit")
+    return client, client.search_runs([exp.experiment_id], f"tags.`recipe_audit.kind` = '{kind}'")
+
+
+@pytest.mark.slow
+def test_ci_acceptance_small_every_cell_logged(small_sweep):
+    root, uri, _ = small_sweep
+    client, runs = _runs(uri, X.CELL_KIND)
+    cells = {r.data.tags["recipe_audit.cell"]: r for r in runs}
+    assert set(cells) == {X.cell_name(d, s) for d in DEFENSES for s in SEEDS}
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert len({r.data.tags["recipe_audit.base_dir"] for r in runs}) == 1  # one shared base
+    for r in runs:
+        names = {f.path for f in client.list_artifacts(r.info.run_id)}
+        assert {"eval_records.json", "adapter"} <= names
+        inside = {Path(f.path).name for f in client.list_artifacts(r.info.run_id, "adapter")}
+        assert {"adapter_config.json", "recipe_audit_base.json"} <= inside
+
+
+@pytest.mark.slow
+def test_ci_acceptance_small_records_pairing(small_sweep):
+    root, uri, _ = small_sweep
+    _, runs = _runs(uri, X.CELL_KIND)
+    df = read_records([f"runs:/{r.info.run_id}/eval_records.json" for r in runs], tracking_uri=uri)
+    assert set(COLUMNS) <= set(df.columns)
+    assert set(df["cell"]) == {X.cell_name(d, s) for d in DEFENSES for s in SEEDS}
+    # every cell scored on the same items: (task, split, question, template, framing)
+    items = {c: set(map(tuple, g[["task", "split", "question_id", "template_id", "framing"]].to_numpy()))
+             for c, g in df.groupby("cell")}
+    first = next(iter(items.values()))
+    assert all(v == first for v in items.values())
+    assert not set(df.loc[df.split == "fresh", "subject"]) & set(df.loc[df.split == "heldout", "subject"])
+    assert df.groupby("cell").size().nunique() == 1  # no cell has extra or missing rows
+
+
+@pytest.mark.slow
+def test_ci_acceptance_small_card_run(small_sweep):
+    from recipe_audit.cards.acceptance import validate
+
+    root, uri, proc = small_sweep
+    client, cards = _runs(uri, "acceptance_card")
+    assert len(cards) == 1
+    rid = cards[0].info.run_id
+    names = {f.path for f in client.list_artifacts(rid)}
+    assert {"acceptance_card.json", "acceptance_card.md", "acceptance_card_deltas.png",
+            "acceptance_card_alphas.png", "cells", "calibration.jsonl", "base.json"} <= names
+    local = Path(client.download_artifacts(rid, "acceptance_card.json", str(root / "dl")))
+    doc = json.loads(local.read_text())
+    validate(doc)  # recipe_audit/schemas/acceptance_card.v1.json
+    expected = {X.cell_name(d, s) for d in DEFENSES if d != "none" for s in SEEDS}
+    assert {c["defense"] for c in doc["cells"]} == expected
+    assert {c["baseline"] for c in doc["cells"]} == {X.cell_name("none", s) for s in SEEDS}
+    assert doc["progressive_filter"] and "threshold_sensitivity" in doc
+    per_cell = {Path(f.path).name for f in client.list_artifacts(rid, "cells")}
+    assert {f"{c}.json" for c in expected} <= per_cell
+    for c in doc["cells"]:  # gate (c) was computed from the logged adapter and the cached base
+        g = c["diagnostics"]["c"]
+        assert g["status"] != "missing"
+    assert "Acceptance cards" in proc.stdout
+
+
+@pytest.mark.slow
+def test_ci_acceptance_adapter_belongs_to_base(small_sweep, tmp_path):
+    """Gate (c)'s base check on the real artefacts: the logged adapter fits its own base, and a
+    base of identical shapes but other weights is refused (fingerprint)."""
+    import torch
+    from mlflow.tracking import MlflowClient
+
+    from recipe_audit.acceptance.mechanism import MechanismError, slice_names, update_vector
+
+    root, uri, _ = small_sweep
+    client, runs = _runs(uri, X.CELL_KIND)
+    run = next(r for r in runs if r.data.tags["recipe_audit.defense"] == "l2sp")
+    adapter = MlflowClient(tracking_uri=uri).download_artifacts(run.info.run_id, "adapter", str(tmp_path))
+    base, _ = X.load_base(Path(run.data.tags["recipe_audit.base_dir"]))
+    names = slice_names(base, X.SLICE)
+    dw, outside, _ = update_vector(base, names, adapter=adapter)
+    assert dw.shape[0] == sum(dict(base.named_parameters())[n].numel() for n in names)
+    assert not outside  # LoRA touches only the declared slice
+    with torch.no_grad():
+        dict(base.named_parameters())[names[0]].add_(0.01)
+    with pytest.raises(MechanismError):
+        update_vector(base, names, adapter=adapter)
