@@ -79,6 +79,8 @@ def run_writers(uri: str, n_writers: int, n_runs: int, n_steps: int, experiment:
     with ctx.Pool(n_writers) as pool:
         per = pool.map(_writer, [(uri, experiment, w, n_runs, n_steps) for w in range(n_writers)])
     wall = time.perf_counter() - t0
+    print(f"writing done: {n_writers} writers x {n_runs} reruns in {wall:.1f} s, slowest client call "
+          f"{max(p['slowest_call_s'] for p in per):.3f} s; reading back...", file=sys.stderr, flush=True)
     got = count(uri, experiment)
     sent = {"runs": n_writers * n_runs, "steps": n_writers * n_runs * n_steps, "final_metrics": n_writers * n_runs}
     return {"uri": uri.split("@")[-1], "writers": n_writers, "sent": sent, "got": got, "wall_s": round(wall, 2),
