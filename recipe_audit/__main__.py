@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import pickle
 import sys
 
 import hydra
@@ -22,78 +21,6 @@ from .config import register_configs
 log = logging.getLogger("recipe_audit")
 
 register_configs()
-
-
-def _share_sweep_compositions() -> None:
-    """Compose each multirun job's config once, not twice.
-
-    Hydra's basic sweeper composes every job's config to validate the batch before launching
-    it, then the basic launcher composes the same config again to run the job (about 60 ms a
-    job, 5 % of a default rerun). This keeps each validated composition, pickled (the form in
-    which Hydra's own joblib launcher ships job configs; a pickle is also invisible to the
-    garbage collector), and hands it to the launcher's identical call (same master config
-    object, same overrides); any other call composes as before. Composition is deterministic
-    for identical inputs (the master config's resolver cache is copied into each job config),
-    so the job sees the same config; a config file edited mid-sweep now reaches no job of an
-    already validated batch, where before it could reach its later jobs."""
-    try:
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    except ImportError:  # a Hydra without this internal: compose twice, as before
-        return
-    compose = ConfigLoaderImpl.load_sweep_config
-    if getattr(compose, "_recipe_audit_shared", False):
-        return
-
-    def load_sweep_config(self, master_config, sweep_overrides):
-        key = (id(master_config), tuple(sweep_overrides))
-        kept = self.__dict__.setdefault("_recipe_audit_compositions", {})
-        hit = kept.pop(key, None)
-        if hit is not None and hit[0] is master_config:
-            return pickle.loads(hit[1])
-        cfg = compose(self, master_config, sweep_overrides)
-        kept[key] = (master_config, pickle.dumps(cfg, protocol=pickle.HIGHEST_PROTOCOL))
-        return cfg
-
-    load_sweep_config._recipe_audit_shared = True
-    ConfigLoaderImpl.load_sweep_config = load_sweep_config
-
-
-def _parse_config_files_once() -> None:
-    """Parse each config file once per process, not once per composition.
-
-    Every composition (the sweep's, then one per job) re-reads and re-parses the same dozen
-    YAML files of the app and of Hydra itself: a quarter of a job's composition time. The
-    parsed result of each file is kept, pickled, and each composition gets its own copy, as
-    it got its own parse before. Files are read once per process: a config file edited while
-    a sweep runs reaches none of its jobs (before, it could reach the jobs composed after the
-    edit)."""
-    try:
-        from hydra._internal.sources_registry import SourcesRegistry
-        from hydra.core.plugins import Plugins
-    except ImportError:  # a Hydra without these internals: parse per composition, as before
-        return
-    Plugins.instance()  # registers Hydra's config sources (Hydra does this at start-up anyway)
-    for scheme in ("pkg", "file"):
-        source = SourcesRegistry.instance().types.get(scheme)
-        if source is not None and not getattr(source.load_config, "_recipe_audit_shared", False):
-            source.load_config = _parsed_once(source.load_config)
-
-
-def _parsed_once(load):
-    parsed: dict[tuple[str, str], bytes] = {}
-
-    def load_config(self, config_path):
-        key = (self.path, config_path)
-        if key not in parsed:
-            parsed[key] = pickle.dumps(load(self, config_path), protocol=pickle.HIGHEST_PROTOCOL)
-        return pickle.loads(parsed[key])
-
-    load_config._recipe_audit_shared = True
-    return load_config
-
-
-_share_sweep_compositions()
-_parse_config_files_once()
 
 _FREEZES_LEFT = 4
 

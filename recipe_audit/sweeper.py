@@ -273,3 +273,9 @@ def register_plugin() -> None:
     from hydra.core.plugins import Plugins
 
     Plugins.instance().register(CurtailingSweeper)
+    # the submitit launchers that survive a dead rerun (only with the 'cluster' extra installed)
+    from hydra_plugins.recipe_audit_sweeper import tolerant_submitit
+
+    for name in ("TolerantLocalLauncher", "TolerantSlurmLauncher"):
+        if getattr(tolerant_submitit, name, None) is not None:
+            Plugins.instance().register(getattr(tolerant_submitit, name))
