@@ -1,0 +1,219 @@
+"""Benchmark: the overhead of ``python -m recipe_audit -m`` (Hydra + MLflow) over a bare loop.
+
+Side A runs, as a user does, in a subprocess::
+
+    python -m recipe_audit -m 'seed=range(N)' progress=false threads=T \\
+        tracking.uri=sqlite:///<tmp>/mlflow.db tracking.card_on_multirun_end=false \\
+        hydra.sweep.dir=<tmp>/sweep
+
+on a fresh SQLite store (so the one-off ``Creating initial MLflow database tables`` is included).
+
+Side B runs the same N trainings in a bare loop in one Python process (a subprocess of this script,
+``--bare``): no Hydra, no MLflow. It builds the default config's dataclasses from ``conf/*.yaml``
+with plain ``OmegaConf.load`` (the groups named in ``conf/config.yaml``'s defaults list), calls
+``prepare_task`` once and ``train_rerun`` for each seed, scoring the same audit sets.
+
+Both sides are timed wall-clock around the whole subprocess, imports included (their CPU time,
+user + system, is printed too: it is less sensitive to other load on a shared machine). The
+sides run alternately, B then A, ``--repeat`` times (default 3); the best (minimum) time of each
+side is compared, since other load only ever adds time: target A/B <= 1.10. The calibration
+accuracy of every seed is checked to be identical on both sides (read back from the MLflow store
+for A, outside the timing). ``--freeze-bare`` gives the bare loop the ``gc.freeze()`` the app
+does after its set-up, a stricter baseline (the freeze also spares the bare loop's own
+collections of torch's and transformers' objects, and its exit-time collection).
+
+Run: ``python bench/bench_sweep.py [--seeds N] [--threads T] [--repeat R]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+TARGET = 1.10
+
+
+# ----------------------------------------------------------------------------------------------
+# Side B: the bare loop (runs in its own process, ``--bare``)
+# ----------------------------------------------------------------------------------------------
+
+
+def _group_defaults() -> dict[str, str]:
+    """The config-group choices of conf/config.yaml's defaults list, e.g. {"model": "tiny_bert"}."""
+    from omegaconf import OmegaConf
+
+    out = {}
+    for item in OmegaConf.load(CONF / "config.yaml").defaults:
+        if not isinstance(item, str):
+            (group, choice), = item.items()
+            out[str(group)] = str(choice)
+    return out
+
+
+def _load_group(group: str, choice: str, schema):
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.load(CONF / group / f"{choice}.yaml")
+    node.pop("defaults", None)
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
+
+
+def bare(seeds: int, threads: int, freeze: bool = False) -> None:
+    import gc
+
+    import torch
+
+    from recipe_audit.config import AuditConfig, ModelConfig, RecipeConfig, TaskConfig
+    from recipe_audit.train.loop import prepare_task, select_audits, train_rerun
+
+    if threads:
+        torch.set_num_threads(threads)
+    choice = _group_defaults()
+    model = _load_group("model", choice["model"], ModelConfig)
+    task = _load_group("task", choice["task"], TaskConfig)
+    recipe = _load_group("recipe", choice["recipe"], RecipeConfig)
+    audit = _load_group("audit", choice["audit"], AuditConfig)
+
+    prepared = prepare_task(task, model)
+    audit_sets = select_audits(prepared.task, audit)
+    extra = {}
+    if getattr(audit, "extra_tasks", None):  # task-shift audits, as the app scores them
+        from recipe_audit.train.shift import prepare_extra_audits
+
+        extra["extra_audits"] = prepare_extra_audits(audit.extra_tasks, audit.extra_task_options, prepared, model)
+    accs = {}
+    for seed in range(seeds):
+        if freeze and seed < 2:  # as the app does: after set-up, and after the first rerun's imports
+            gc.freeze()
+        result = train_rerun(seed, model, recipe, prepared, audit_sets,
+                             eval_batch_size=audit.eval_batch_size, progress=False, **extra)
+        accs[seed] = result.audits[audit.primary].accuracy
+    print("BARE_RESULT " + json.dumps(accs))
+
+
+# ----------------------------------------------------------------------------------------------
+# The driver
+# ----------------------------------------------------------------------------------------------
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "HYDRA_FULL_ERROR": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+@dataclass
+class Timing:
+    wall: float  # seconds, the whole subprocess
+    cpu: float  # user + system CPU seconds of the subprocess (and its children)
+
+
+def _timed(cmd: list[str], cwd: Path, what: str) -> tuple[Timing, str]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        sys.exit(f"{what} failed:\n{proc.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Timing(wall, cpu), proc.stdout
+
+
+def run_bare(seeds: int, threads: int, freeze: bool) -> tuple[Timing, dict[int, float]]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--bare", "--seeds", str(seeds),
+           "--threads", str(threads)] + (["--freeze-bare"] if freeze else [])
+    timing, out = _timed(cmd, REPO, "the bare loop")
+    line = [ln for ln in out.splitlines() if ln.startswith("BARE_RESULT ")][-1]
+    return timing, {int(k): v for k, v in json.loads(line.split(" ", 1)[1]).items()}
+
+
+def run_app(seeds: int, threads: int, tmp: Path) -> tuple[Timing, dict[int, float]]:
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    cmd = [sys.executable, "-m", "recipe_audit", "-m", f"seed=range({seeds})", "progress=false",
+           f"threads={threads}", f"tracking.uri={uri}", "tracking.card_on_multirun_end=false",
+           f"hydra.sweep.dir={tmp / 'sweep'}"]
+    timing, _ = _timed(cmd, tmp, "python -m recipe_audit")
+    return timing, _app_accuracies(uri)
+
+
+def _app_accuracies(uri: str) -> dict[int, float]:
+    """The calibration accuracy of every FINISHED rerun in the store (after the timing)."""
+    from mlflow.tracking import MlflowClient
+
+    from recipe_audit import keys
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("recipe_audit")
+    out = {}
+    for r in client.search_runs([exp.experiment_id], max_results=10000):
+        if r.data.tags.get(keys.TAG_KIND) == keys.KIND_RERUN and r.info.status == "FINISHED":
+            out[int(r.data.tags[keys.TAG_SEED])] = r.data.metrics[keys.accuracy_key(keys.DEFAULT_AUDIT)]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=25, help="reruns per side (default 25)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads on both sides (default 1)")
+    ap.add_argument("--repeat", type=int, default=3, help="alternating B, A rounds; best of each (default 3)")
+    ap.add_argument("--freeze-bare", action="store_true",
+                    help="give the bare loop the app's gc.freeze() after set-up too (a stricter baseline)")
+    ap.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.bare:
+        bare(args.seeds, args.threads, args.freeze_bare)
+        return
+
+    n = args.seeds
+    print(f"bench_sweep: {n} seeds of the default recipe, threads={args.threads}, "
+          f"{args.repeat} alternating rounds (B then A), best of each"
+          + (", bare loop with gc.freeze()" if args.freeze_bare else ""))
+    print(f"  load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    runs_a: list[Timing] = []
+    runs_b: list[Timing] = []
+    accs_a = accs_b = None
+    for i in range(args.repeat):
+        tb, accs_b = run_bare(n, args.threads, args.freeze_bare)
+        runs_b.append(tb)
+        print(f"  round {i + 1}: B bare loop               {tb.wall:7.2f} s wall ({tb.wall / n:.3f} s/rerun), "
+              f"{tb.cpu:7.2f} s CPU", flush=True)
+        with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
+            ta, accs_a = run_app(n, args.threads, Path(tmp))
+        runs_a.append(ta)
+        print(f"  round {i + 1}: A python -m recipe_audit  {ta.wall:7.2f} s wall ({ta.wall / n:.3f} s/rerun), "
+              f"{ta.cpu:7.2f} s CPU   A/B {ta.wall / tb.wall:.3f}", flush=True)
+    print(f"  load average after: {os.getloadavg()[0]:.2f}")
+
+    a, b = min(r.wall for r in runs_a), min(r.wall for r in runs_b)
+    ca, cb = min(r.cpu for r in runs_a), min(r.cpu for r in runs_b)
+    ratio = a / b
+    print(f"A (Hydra + MLflow, subprocess, imports included): {a:7.2f} s  {a / n:.3f} s/rerun")
+    print(f"B (bare loop, one process, imports included):     {b:7.2f} s  {b / n:.3f} s/rerun")
+    print(f"overhead A - B: {a - b:.2f} s in all, {(a - b) / n * 1000:.0f} ms/rerun if all paid per rerun")
+    print(f"CPU time (user + sys, less sensitive to other load): A {ca:.2f} s, B {cb:.2f} s, "
+          f"A/B = {ca / cb:.3f}")
+    print(f"ratio A/B (wall, best of {args.repeat}) = {ratio:.3f}  target <= {TARGET:.2f}: "
+          f"{'PASS' if ratio <= TARGET else 'FAIL'}")
+    same = accs_a == accs_b and sorted(accs_a) == list(range(n))
+    print(f"calibration accuracies per seed: {'identical' if same else 'DIFFER'} "
+          f"({len(accs_a)} seeds A, {len(accs_b)} seeds B)")
+    if not same:
+        for s in sorted(set(accs_a) | set(accs_b)):
+            if accs_a.get(s) != accs_b.get(s):
+                print(f"  seed {s}: A {accs_a.get(s)}  B {accs_b.get(s)}")
+    sys.exit(0 if ratio <= TARGET and same else 1)
+
+
+if __name__ == "__main__":
+    main()
