@@ -17,12 +17,11 @@ import math
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..stats import acceptance as sa
+from . import schemas
 
 __all__ = [
     "CARD_KIND",
@@ -227,20 +226,13 @@ def build_document(pairs: Sequence, results: Sequence[sa.AcceptanceResult], *, o
     return doc
 
 
-@lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
-    return json.loads(resources.files("recipe_audit").joinpath("schemas", SCHEMA_FILE).read_text())
+    return schemas.load(SCHEMA_FILE)
 
 
 def validate(doc: Mapping[str, Any]) -> None:
     """Raise :class:`AcceptanceCardError` (one sentence) when ``doc`` is not a valid acceptance card."""
-    import jsonschema
-
-    try:
-        jsonschema.validate(doc, schema())
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "the top level"
-        raise AcceptanceCardError(f"Not a valid acceptance card: at {where}, {exc.message}.") from None
+    schemas.check(doc, SCHEMA_FILE, AcceptanceCardError, "acceptance card")
 
 
 # ---------------------------------------------------------------------------------------------

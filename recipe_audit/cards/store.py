@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from .. import keys
+from . import schemas
 from .build import CardError
 from .render import band_plot, cell_groups, histogram, responsiveness_plot, to_markdown
 
@@ -20,20 +19,13 @@ TAG_VERDICT = keys.PREFIX + "verdict"
 TAG_CARD_ID = keys.PREFIX + "card_id"
 
 
-@lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
-    return json.loads(resources.files("recipe_audit").joinpath("schemas", SCHEMA_FILE).read_text())
+    return schemas.load(SCHEMA_FILE)
 
 
 def validate(doc: dict[str, Any]) -> None:
     """Raise ``CardError`` (one sentence) when ``doc`` is not a valid recipe card."""
-    import jsonschema
-
-    try:
-        jsonschema.validate(doc, schema())
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "the top level"
-        raise CardError(f"Not a valid recipe card: at {where}, {exc.message}.") from None
+    schemas.check(doc, SCHEMA_FILE, CardError, "recipe card")
 
 
 def _slug(text: str) -> str:

@@ -1,0 +1,26 @@
+"""The JSON Schemas shipped in ``recipe_audit/schemas`` and validation against them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from typing import Any
+
+
+@cache
+def load(name: str) -> dict[str, Any]:
+    """The schema file ``name`` (e.g. ``recipe_card.v1.json``), parsed once per process."""
+    return json.loads(resources.files("recipe_audit").joinpath("schemas", name).read_text())
+
+
+def check(doc: Mapping[str, Any], name: str, error: type[Exception], what: str) -> None:
+    """Raise ``error`` with one sentence when ``doc`` does not validate against schema ``name``."""
+    import jsonschema
+
+    try:
+        jsonschema.validate(doc, load(name))
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "the top level"
+        raise error(f"Not a valid {what}: at {where}, {exc.message}.") from None
