@@ -48,14 +48,27 @@ class ConfigurationError(ValueError):
 
 def run_job(cfg: DictConfig) -> dict[str, float] | None:
     """Train and log one rerun. Returns the audit accuracies (None when the rerun failed)."""
+    from .distributed import DistributedError
+
+    try:
+        return _run_job(cfg)
+    except (_Stop, DistributedError) as exc:
+        _fail(str(exc))
+
+
+def _run_job(cfg: DictConfig) -> dict[str, float] | None:
+    from . import distributed
+
     if OmegaConf.select(cfg, "experiment.kind", default=None) == "acceptance":  # experiment=acceptance
         from .acceptance.experiment import run_cell_job
 
+        if distributed.world_size() > 1:
+            raise _Stop("experiment=acceptance trains in one process; run it with python -m recipe_audit, "
+                        "not under a multi-process accelerate launch.")
         return run_cell_job(cfg)
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from . import keys, tracking
     from .config import RunConfig
     from .train.loop import RecipeError, prepare_task, select_audits, train_rerun
     from .train.models import ModelError
@@ -85,12 +98,82 @@ def run_job(cfg: DictConfig) -> dict[str, float] | None:
         audit_sets = select_audits(prepared.task, run_cfg.audit)
         extra_audits = prepare_extra_audits(run_cfg.audit.extra_tasks, run_cfg.audit.extra_task_options,
                                             prepared, run_cfg.model)  # task shift (SPEC 1.7)
-        store = tracking.open_store(run_cfg.tracking.uri, run_cfg.tracking.experiment_name)
-    except (ConfigurationError, TaskError, ModelError, RecipeError, tracking.TrackingError) as exc:
+    except (ConfigurationError, TaskError, ModelError, RecipeError) as exc:
         _fail(str(exc))
 
+    # Only the main process touches the store (accelerate launch --num_processes N: every
+    # process trains this rerun, data-parallel); what it decides, every process does.
+    logger = None
+    if distributed.is_main_process():
+        try:
+            outcome, logger = _open_rerun(run_cfg, cfg, config_dict, hc, multirun,
+                                          [*audit_sets, *(x.name for x in extra_audits)])
+        except _Stop as exc:
+            outcome = ("stop", str(exc))
+    else:
+        outcome = None
+    kind, payload = distributed.broadcast_from_main(outcome)
+    if kind == "stop":
+        _fail(payload)
+    if kind == "skip":
+        return payload
+    _freeze_setup()
+    try:
+        result = train_rerun(
+            run_cfg.seed, run_cfg.model, run_cfg.recipe, prepared, audit_sets,
+            eval_batch_size=run_cfg.audit.eval_batch_size, progress=run_cfg.progress,
+            keep_model=run_cfg.tracking.log_model and logger is not None,
+            on_step=logger.log_step if logger is not None else None, extra_audits=extra_audits,
+        )
+        if logger is not None:
+            logger.log_result(result)
+            if run_cfg.tracking.log_model:
+                logger.log_model(result.model, result.tokenizer, labels=prepared.task.labels)
+    except (ModelError, RecipeError) as exc:
+        if logger is not None:
+            logger.fail(exc)
+        _fail(str(exc))
+    except Exception as exc:  # a crashing rerun is data (SPEC 1.2): record it, go on
+        msg = f"seed {run_cfg.seed} FAILED ({type(exc).__name__}: {exc})"
+        if logger is not None:
+            _stop_if_store_gone(logger.store, run_cfg.seed)
+            logger.fail(exc)
+            msg += f"; recorded in run {logger.run_id}"
+        if not multirun:
+            _fail(msg)
+        log.error(msg)
+        return None
+    accs = {name: s.accuracy for name, s in result.audits.items()}
+    if logger is None:
+        return accs
+    try:
+        logger.finish()
+    except Exception:
+        _stop_if_store_gone(logger.store, run_cfg.seed)
+        raise
+    primary = run_cfg.audit.primary
+    shown = f"{primary}={accs[primary]:.3f}" if primary in accs else ""
+    log.info("seed %d %s recipe=%s %s (%.1fs) run %s", run_cfg.seed, run_cfg.model.name,
+             run_cfg.recipe.name, shown, result.train_seconds, logger.run_id)
+    return accs
+
+
+class _Stop(Exception):
+    """The job cannot go on (one sentence); raised on the main process, broadcast, then every
+    process exits with it."""
+
+
+def _open_rerun(run_cfg, cfg, config_dict, hc, multirun, audit_names):
+    """On the main process: open the store, take the resume decision, open the rerun's run.
+    Returns (("train", None), logger) or (("skip", metrics), None)."""
     import mlflow
 
+    from . import keys, tracking
+
+    try:
+        store = tracking.open_store(run_cfg.tracking.uri, run_cfg.tracking.experiment_name)
+    except tracking.TrackingError as exc:
+        raise _Stop(str(exc)) from None
     mlflow.set_tracking_uri(store.uri)
     sweep = tracking.current_sweep(_sweep_dir(hc)) if multirun else None
     recipe_id = tracking.recipe_identity(config_dict)
@@ -104,47 +187,16 @@ def run_job(cfg: DictConfig) -> dict[str, float] | None:
         if done is not None:
             log.info("seed %d recipe=%s: finished rerun %s exists, skipped (resume)", run_cfg.seed,
                      run_cfg.recipe.name, done.info.run_id)
-            return {k.split("/", 1)[1]: v for k, v in done.data.metrics.items() if k.startswith("accuracy/")}
+            return ("skip", {k.split("/", 1)[1]: v for k, v in done.data.metrics.items()
+                             if k.startswith("accuracy/")}), None
     try:
         logger = tracking.RerunLogger(store, config_dict, run_cfg.seed, recipe_id=recipe_id, sweep=sweep,
-                                      audit_sets=[*audit_sets, *(x.name for x in extra_audits)])
+                                      audit_sets=audit_names)
         logger.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     except Exception:
         _stop_if_store_gone(store, run_cfg.seed)
         raise
-    _freeze_setup()
-    try:
-        result = train_rerun(
-            run_cfg.seed, run_cfg.model, run_cfg.recipe, prepared, audit_sets,
-            eval_batch_size=run_cfg.audit.eval_batch_size, progress=run_cfg.progress,
-            keep_model=run_cfg.tracking.log_model, on_step=_with_fault(run_cfg.seed, logger.log_step),
-            extra_audits=extra_audits,
-        )
-        logger.log_result(result)
-        if run_cfg.tracking.log_model:
-            logger.log_model(result.model, result.tokenizer, labels=prepared.task.labels)
-    except (ModelError, RecipeError) as exc:
-        logger.fail(exc)
-        _fail(str(exc))
-    except Exception as exc:  # a crashing rerun is data (SPEC 1.2): record it, go on
-        _stop_if_store_gone(store, run_cfg.seed)
-        logger.fail(exc)
-        msg = f"seed {run_cfg.seed} FAILED ({type(exc).__name__}: {exc}); recorded in run {logger.run_id}"
-        if not multirun:
-            _fail(msg)
-        log.error(msg)
-        return None
-    try:
-        logger.finish()
-    except Exception:
-        _stop_if_store_gone(store, run_cfg.seed)
-        raise
-    accs = {name: s.accuracy for name, s in result.audits.items()}
-    primary = run_cfg.audit.primary
-    shown = f"{primary}={accs[primary]:.3f}" if primary in accs else ""
-    log.info("seed %d %s recipe=%s %s (%.1fs) run %s", run_cfg.seed, run_cfg.model.name,
-             run_cfg.recipe.name, shown, result.train_seconds, logger.run_id)
-    return accs
+    return ("train", None), logger
 
 
 def _stop_if_store_gone(store, seed: int) -> None:
@@ -156,28 +208,9 @@ def _stop_if_store_gone(store, seed: int) -> None:
     try:
         tracking.check_reachable(store.uri)
     except tracking.TrackingError as exc:
-        _fail(f"{exc} Seed {seed} was not recorded and the sweep stops here; the reruns that finished "
-              "are in the store: relaunch the same command with tracking.resume=true once it is back.")
-
-
-def _with_fault(seed: int, on_step):
-    """Fault injection for the fault tests: ``RECIPE_AUDIT_FAULT_SIGKILL=SEED:STEP`` kills the
-    process training SEED with SIGKILL at STEP (as an out-of-memory killer or a lost node would)."""
-    import os
-
-    spec = os.environ.get("RECIPE_AUDIT_FAULT_SIGKILL", "")
-    if not spec or int(spec.split(":")[0]) != seed:
-        return on_step
-    at = int(spec.split(":")[1])
-
-    def step(i, loss, *args, **kwargs):
-        on_step(i, loss, *args, **kwargs)
-        if i >= at:
-            import signal
-
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return step
+        raise _Stop(f"{exc} Seed {seed} was not recorded and the sweep stops here; the reruns that "
+                    "finished are in the store: relaunch the same command with tracking.resume=true "
+                    "once it is back.") from None
 
 
 def _sweep_dir(hc):

@@ -1,6 +1,7 @@
 """Hydra callback: opens the sweep's parent run when a multirun starts; closes it and computes
 the recipe cards from the tracking store when the multirun ends. Thin: the work is in
-``tracking`` and ``cards``."""
+``tracking`` and ``cards``. Under a multi-process ``accelerate launch`` only the main process
+does either (``recipe_audit.distributed``)."""
 
 from __future__ import annotations
 
@@ -43,9 +44,15 @@ class RecipeCardCallback(Callback):
         self.sweep = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from . import tracking
+        from . import distributed, tracking
 
         seeds = planned_seeds(config)
+        try:
+            if not distributed.is_main_process():  # accelerate launch: the main process writes
+                return
+        except distributed.DistributedError as exc:
+            print(f"recipe_audit: error: {exc}", file=sys.stderr)
+            sys.exit(2)
         try:
             store = tracking.open_store(OmegaConf.select(config, "tracking.uri"),
                                         OmegaConf.select(config, "tracking.experiment_name"))

@@ -240,7 +240,12 @@ class CurtailingSweeperBase(Sweeper):
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "groups": groups}
 
     def _publish(self, sweep_dir: Path) -> None:
-        """Write the record beside the sweep and onto the sweep parent run (if there is one)."""
+        """Write the record beside the sweep and onto the sweep parent run (if there is one); by
+        the main process only, under a multi-process ``accelerate launch``."""
+        from . import distributed
+
+        if not distributed.is_main_process():
+            return
         text = json.dumps(self.record, separators=(",", ":"))
         (sweep_dir / RECORD_FILE).write_text(json.dumps(self.record, indent=2))
         from . import tracking

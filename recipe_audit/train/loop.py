@@ -1,7 +1,8 @@
 """One rerun: seed, build, fine-tune with an ``accelerate`` loop, score every audit set.
 
 The same function runs in one process on a CPU, or under ``accelerate launch`` on several
-devices (the data loader is sharded by ``Accelerator.prepare``; every process scores the full audit sets and the main process logs them).
+devices (the data loader is sharded by ``Accelerator.prepare``; every process scores the full
+audit sets and only the main process logs them: ``recipe_audit.distributed``).
 Everything that depends on the seed (initialisation, data order, dropout) is seeded here.
 """
 
@@ -175,6 +176,7 @@ def train_rerun(
     bar = tqdm(total=total, desc=f"seed {seed}", leave=False, dynamic_ncols=True,
                disable=not progress or not accelerator.is_local_main_process)
     model.train()
+    multi = accelerator.num_processes > 1
     step = 0
     while step < total:
         for input_ids, mask, labels in loader:
@@ -185,7 +187,9 @@ def train_rerun(
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
-            loss = float(out.loss.detach())
+            # the loss averaged over processes: every process sees the same value, so they all
+            # stop together when it is not finite (one process alone would leave the rest waiting)
+            loss = float(accelerator.reduce(out.loss.detach(), "mean") if multi else out.loss.detach())
             losses.append(loss)
             if not math.isfinite(loss):
                 bar.close()
