@@ -56,6 +56,36 @@ def _seed_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def validate_recipes(sweeper: Sweeper, batch: Sequence[Sequence[str]]) -> None:
+    """``Sweeper.validate_batch_is_legal`` for seed sweeps: compose one job per recipe.
+
+    Hydra's sweepers compose every job's configuration before launching the batch (to fail early:
+    a launcher may compose on another host), and the launcher composes it again. Jobs that differ
+    only in ``seed`` compose identically up to that integer, so composing the first of each
+    recipe catches every composition error but a bad seed, which is checked here directly (a
+    seed that is not an integer composes its job, so Hydra reports it as usual). Halves Hydra's
+    per-job cost on a seed sweep (measured: bench/bench_sweep.py)."""
+    first: dict[tuple[str, ...], list[str]] = {}
+    to_compose: list[list[str]] = []
+    for job in batch:
+        rest = tuple(o for o in job if _seed_key(o) != "seed")
+        seeds = [o.split("=", 1)[1] for o in job if _seed_key(o) == "seed"]
+        if rest not in first:
+            first[rest] = list(job)
+            to_compose.append(list(job))
+        elif not all(_is_int(v) for v in seeds):
+            to_compose.append(list(job))
+    Sweeper.validate_batch_is_legal(sweeper, to_compose)
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text.strip())
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass
 class _Group:
     """The reruns of one recipe: jobs that differ only in their seed."""
@@ -74,28 +104,16 @@ class _Group:
         return len(self.jobs)
 
 
-class CurtailingSweeperBase(Sweeper):
-    """Hydra sweeper that stops a seed sweep once the card's verdict at the planned N is settled.
+class RecipeSweeperBase(Sweeper):
+    """What recipe_audit's sweepers share: the sweep parameters (``params``, as Hydra's basic
+    sweeper), the launcher, the job list, and composing one job per recipe up front."""
 
-    Parameters (``hydra.sweeper.*``): ``batch_size`` seeds per group and round (default 4),
-    ``stop_on`` ``"decision"`` or ``"verdict"`` (see :mod:`recipe_audit.stats.curtail`),
-    ``params`` the sweep (like the basic sweeper's, e.g. ``{seed: range(59)}``).
-    """
-
-    def __init__(self, batch_size: int = 4, stop_on: str = "decision", params: dict[str, str] | None = None):
+    def __init__(self, params: dict[str, str] | None = None):
         super().__init__()
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise HydraException(f"hydra.sweeper.batch_size must be a positive integer, not {batch_size!r}.")
-        if stop_on not in ("decision", "verdict"):
-            raise HydraException(f"hydra.sweeper.stop_on must be 'decision' or 'verdict', not {stop_on!r}.")
-        self.batch_size = batch_size
-        self.stop_on = stop_on
         self.params = dict(params or {})
         self.hydra_context = None
         self.config: DictConfig | None = None
         self.launcher = None
-        self.groups: list[_Group] = []
-        self.record: dict[str, Any] | None = None
 
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         from hydra.core.plugins import Plugins
@@ -104,6 +122,73 @@ class CurtailingSweeperBase(Sweeper):
         self.config = config
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        validate_recipes(self, batch)
+
+    def _batches(self, arguments: list[str], max_batch_size: int | None) -> list[list[list[str]]]:
+        """The cartesian product of ``params`` and the command line's sweep overrides, in
+        Hydra's basic-sweeper order, split into batches of at most ``max_batch_size`` jobs."""
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+        params_conf = [f"{k}={v}" for k, v in self.params.items()]
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        overrides = parser.parse_overrides(params_conf + list(arguments))
+        return BasicSweeper.split_arguments(overrides, max_batch_size)
+
+    def _save_sweep_config(self) -> Path:
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        return sweep_dir
+
+
+class SeedSweeperBase(RecipeSweeperBase):
+    """Hydra's basic sweeper (same parameters: ``max_batch_size``, ``params``; same jobs, order and
+    batches), except that before each batch it composes one job per recipe, not every job
+    (:func:`validate_recipes`). The default sweeper of ``python -m recipe_audit -m``."""
+
+    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None):
+        super().__init__(params)
+        if max_batch_size is not None and (not isinstance(max_batch_size, int) or max_batch_size < 1):
+            raise HydraException(f"hydra.sweeper.max_batch_size must be a positive integer or null, "
+                                 f"not {max_batch_size!r}.")
+        self.max_batch_size = max_batch_size
+
+    def sweep(self, arguments: list[str]) -> Any:
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        batches = self._batches(arguments, self.max_batch_size)
+        self._save_sweep_config()
+        returns: list[Sequence[JobReturn]] = []
+        job_idx = 0
+        for batch in batches:
+            self.validate_batch_is_legal(batch)
+            results = self.launcher.launch(batch, initial_job_idx=job_idx)
+            for r in results:
+                _ = r.return_value  # a job that raised stops the sweep, as with the basic sweeper
+            job_idx += len(batch)
+            returns.append(results)
+        return returns
+
+
+class CurtailingSweeperBase(RecipeSweeperBase):
+    """Hydra sweeper that stops a seed sweep once the card's verdict at the planned N is settled.
+
+    Parameters (``hydra.sweeper.*``): ``batch_size`` seeds per group and round (default 4),
+    ``stop_on`` ``"decision"`` or ``"verdict"`` (see :mod:`recipe_audit.stats.curtail`),
+    ``params`` the sweep (like the basic sweeper's, e.g. ``{seed: range(59)}``).
+    """
+
+    def __init__(self, batch_size: int = 4, stop_on: str = "decision", params: dict[str, str] | None = None):
+        super().__init__(params)
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise HydraException(f"hydra.sweeper.batch_size must be a positive integer, not {batch_size!r}.")
+        if stop_on not in ("decision", "verdict"):
+            raise HydraException(f"hydra.sweeper.stop_on must be 'decision' or 'verdict', not {stop_on!r}.")
+        self.batch_size = batch_size
+        self.stop_on = stop_on
+        self.groups: list[_Group] = []
+        self.record: dict[str, Any] | None = None
 
     # -- the audit settings the card will use ------------------------------------------------
 
@@ -119,12 +204,7 @@ class CurtailingSweeperBase(Sweeper):
     # -- jobs ---------------------------------------------------------------------------------
 
     def _jobs(self, arguments: list[str]) -> list[list[str]]:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-        params_conf = [f"{k}={v}" for k, v in self.params.items()]
-        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        overrides = parser.parse_overrides(params_conf + list(arguments))
-        return BasicSweeper.split_arguments(overrides, None)[0]
+        return self._batches(arguments, None)[0]
 
     @staticmethod
     def group_jobs(jobs: Sequence[Sequence[str]]) -> list[_Group]:
@@ -177,9 +257,7 @@ class CurtailingSweeperBase(Sweeper):
         self.groups = self.group_jobs(self._jobs(arguments))
         for g in self.groups:
             g.failures = [0] * len(taus)
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        sweep_dir = self._save_sweep_config()
         log.info("curtailing sweep: %d group(s), %s planned seeds, batches of %d, stop on the %s at N",
                  len(self.groups), "/".join(str(g.n_planned) for g in self.groups), self.batch_size,
                  self.stop_on)
@@ -267,20 +345,16 @@ class CurtailingSweeperBase(Sweeper):
 
 
 def register_plugin() -> None:
-    """Register the plugin class with Hydra by name. Hydra finds plugins by scanning the
+    """Register the plugin classes with Hydra by name. Hydra finds plugins by scanning the
     ``hydra_plugins`` namespace package, which does not see packages of a PEP 660 editable install
-    (facebookresearch/hydra#2359, #3252), so the app registers its own sweeper explicitly
+    (facebookresearch/hydra#2359, #3252), so the app registers its own sweepers explicitly
     (``Plugins.register``, idempotent). Without the plugin package installed this does nothing."""
     try:
         from hydra_plugins.recipe_audit_sweeper.curtail import CurtailingSweeper
+        from hydra_plugins.recipe_audit_sweeper.seeds import SeedSweeper
     except ImportError:
         return
     from hydra.core.plugins import Plugins
 
     Plugins.instance().register(CurtailingSweeper)
-    # the submitit launchers that survive a dead rerun (only with the 'cluster' extra installed)
-    from hydra_plugins.recipe_audit_sweeper import tolerant_submitit
-
-    for name in ("TolerantLocalLauncher", "TolerantSlurmLauncher"):
-        if getattr(tolerant_submitit, name, None) is not None:
-            Plugins.instance().register(getattr(tolerant_submitit, name))
+    Plugins.instance().register(SeedSweeper)
