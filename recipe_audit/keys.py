@@ -22,6 +22,10 @@ TAG_SWEEP_ID = PREFIX + "sweep_id"  # equal on the sweep parent and all its reru
 TAG_AUDIT_SETS = PREFIX + "audit_sets"  # comma-separated audit sets the rerun was scored on
 TAG_PLANNED_SEEDS = PREFIX + "planned_seeds"  # on the sweep parent: JSON list of ints
 TAG_ERROR = PREFIX + "error"  # on a FAILED rerun: the exception, one line
+# where a rerun ran, for operators (which process on which node a dead rerun was) and the fault tests
+TAG_HOST = PREFIX + "host"  # on a rerun: socket.gethostname() of its process
+TAG_PID = PREFIX + "pid"  # on a rerun: its process id (the main process under accelerate launch)
+TAG_SLURM_JOB_ID = PREFIX + "slurm_job_id"  # on a rerun run by SLURM: $SLURM_JOB_ID
 TAG_SWEEP_RUN_ID = PREFIX + "sweep_run_id"  # on a card run: the sweep parent it belongs to
 TAG_PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag
 # on the sweep parent of a curtailing sweep (recipe_audit/sweeper.py): the JSON record of where each

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import posixpath
+import socket
 import time
 import traceback
 import urllib.error
@@ -274,7 +275,11 @@ class RerunLogger:
             keys.TAG_MODEL: str(config["model"]["name"]),
             keys.TAG_TASK: str(config["task"]["name"]),
             keys.TAG_AUDIT_SETS: ",".join(audit_sets),
+            keys.TAG_HOST: socket.gethostname(),
+            keys.TAG_PID: str(os.getpid()),
         }
+        if os.environ.get("SLURM_JOB_ID"):
+            tags[keys.TAG_SLURM_JOB_ID] = os.environ["SLURM_JOB_ID"]
         if sweep is not None:
             tags[keys.TAG_SWEEP_ID] = sweep.sweep_id
             tags[keys.TAG_PARENT] = sweep.parent_run_id
@@ -288,16 +293,19 @@ class RerunLogger:
             self.client.log_batch(self.run_id, params=params[i:i + _MAX_PARAMS_PER_CALL])
         self._pending: list = []
         self._last_flush = time.monotonic()
+        self._started = False  # a training step has been written
         self._tag = RunTag
 
     def log_step(self, step: int, loss: float, flush_every_s: float = 15.0) -> None:
         """Buffer the training loss; flushed in batches (per-step calls would dominate a
-        second-long rerun on a SQLite store)."""
+        second-long rerun on a SQLite store), and at once after the first step, so a live run
+        shows in the store (and the MLflow UI) that training has started."""
         from mlflow.entities import Metric
 
         value = loss if math.isfinite(loss) else float("nan")
         self._pending.append(Metric(keys.METRIC_TRAIN_LOSS, value, int(time.time() * 1000), step))
-        if time.monotonic() - self._last_flush > flush_every_s:
+        if not self._started or time.monotonic() - self._last_flush > flush_every_s:
+            self._started = True
             self.flush()
 
     def flush(self) -> None:

@@ -42,6 +42,18 @@ def run_app(args: list[str], cwd: Path, env_extra: dict | None = None, timeout: 
                           capture_output=True, text=True, timeout=timeout)
 
 
+def start_app(args: list[str], cwd: Path, output: Path, env_extra: dict | None = None) -> subprocess.Popen:
+    """``python -m recipe_audit ARGS`` started as ``run_app`` runs it, without waiting for it: the
+    ``Popen``. It leads a process group of its own, so ``os.killpg(proc.pid, ...)`` ends it and every
+    process it started (launcher jobs too). stdout and stderr go, together, to the file ``output``:
+    not to a pipe, which nobody reads while a test polls, and which would block the app once full."""
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(env_extra or {})}
+    with open(output, "w") as out:
+        return subprocess.Popen([sys.executable, "-m", "recipe_audit", *args], cwd=cwd, env=env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+
+
 def synthetic_sweep(uri: str, values: dict, *, experiment: str = "exp", recipe_id: str = "r" * 16,
                     planned=None, statuses: dict | None = None, metric: str = "accuracy/calibration",
                     extra_params: dict | None = None) -> str:

@@ -1,14 +1,35 @@
 """Faults (launchers/README.md): a rerun killed with SIGKILL, an interrupted sweep resumed, concurrent
-writers into one SQLite store."""
+writers into one SQLite store.
+
+A rerun is killed from outside, as an out-of-memory killer or a lost node would: the test watches the
+store until the rerun of the target seed is RUNNING, reads the process it runs in from the run's tags
+(``keys.TAG_HOST``, ``keys.TAG_PID``) and sends that process SIGKILL."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
+import signal
+import socket
+import time
 
 import pytest
-from conftest import REPO, SMALL, run_app
+from conftest import REPO, SMALL, run_app, start_app
 from test_launchers import ENV, _runs
+
+from recipe_audit import keys, tracking
+
+
+# The kill lands mid-training: RerunLogger writes the loss of the first training step at once, the
+# test waits for it in the store, then kills. The recipe is long enough (hundreds of steps at
+# 7-9 ms a step here) that the rerun cannot finish between the first step and the kill, even on a
+# much faster machine; each test checks the killed rerun did not finish (no final accuracy).
+def _fault_args(max_steps: int) -> list[str]:
+    return [a for a in SMALL if not a.startswith("recipe.max_steps=")] + [f"recipe.max_steps={max_steps}"]
+
+
+POLL_TIMEOUT_S = 120
 
 
 def _by_seed(runs):
@@ -19,21 +40,85 @@ def _by_seed(runs):
     return out
 
 
+def _poll(what: str, probe, proc, output):
+    """``probe()``'s first true value, tried every 0.2 s for at most POLL_TIMEOUT_S while the app
+    ``proc`` runs (errors count as not yet: the store may be busy or not created yet)."""
+    deadline, error = time.monotonic() + POLL_TIMEOUT_S, None
+    while True:
+        try:
+            value = probe()
+        except Exception as exc:
+            value, error = None, exc
+        if value:
+            return value
+        if proc.poll() is not None:
+            pytest.fail(f"the app exited ({proc.returncode}) before {what}:\n{output.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} after {POLL_TIMEOUT_S} s (last error: {error!r}):\n{output.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+def _sweep_killing(args, cwd, uri, sweep_dir, seed: int, after_s: float, output):
+    """Run the sweep ``python -m recipe_audit ARGS`` and, ``after_s`` seconds after the rerun of
+    ``seed`` has written its first training step to the store, kill the process training it with
+    SIGKILL, from outside.
+    Returns (the app's ``Popen``, ended; its stdout and stderr; the killed pid). Every process the
+    app started is gone when it returns, whatever happened."""
+    from mlflow.tracking import MlflowClient
+
+    proc = start_app(args, cwd=cwd, output=output, env_extra=ENV)
+    try:
+        # the sweep's parent run is in the store (tables, experiment) once its file is written
+        sweep = _poll("sweep file", lambda: tracking.SweepInfo.from_json((sweep_dir / tracking.SWEEP_FILE).read_text()),
+                      proc, output)
+        client = MlflowClient(tracking_uri=uri)
+        exp_id = client.get_experiment_by_name(sweep.experiment_name).experiment_id
+        filt = (f"tags.`{keys.TAG_SWEEP_ID}` = '{sweep.sweep_id}' and tags.`{keys.TAG_KIND}` = '{keys.KIND_RERUN}' "
+                f"and tags.`{keys.TAG_SEED}` = '{seed}' and attributes.status = 'RUNNING'")
+
+        def training():  # the rerun of seed, RUNNING, with its first training step written
+            runs = client.search_runs([exp_id], filt)
+            return [r for r in runs if keys.METRIC_TRAIN_LOSS in r.data.metrics]
+
+        (run,) = _poll(f"a training step of seed {seed}", training, proc, output)
+        tags = run.data.tags
+        assert tags[keys.TAG_HOST] == socket.gethostname() and keys.TAG_SLURM_JOB_ID not in tags
+        pid = int(tags[keys.TAG_PID])
+        assert os.getpgid(pid) == proc.pid  # the app's own process, never another one
+        time.sleep(after_s)
+        status = client.get_run(run.info.run_id).info.status
+        assert status == "RUNNING", f"seed {seed} was {status} before the kill: lengthen the recipe"
+        os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=600)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the app and what it started, if still there
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    return proc, output.read_text(), pid
+
+
 @pytest.mark.slow
 def test_sigkill_rerun_is_unfinished_on_the_card_ci(store, tmp_path):
-    """cluster_local: seed 1's process is killed with SIGKILL at step 5; the sweep goes on, the card
-    is computed once and lists seed 1 as unfinished (killed); seeds 0 and 2 finished intact."""
+    """cluster_local: seed 1's job process is killed with SIGKILL while its rerun runs; the sweep goes
+    on, the card is computed once and lists seed 1 as unfinished (killed); seeds 0 and 2 finished intact."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     sweep_dir = tmp_path / "sweep"
-    proc = run_app(["-m", "hydra/launcher=cluster_local", "seed=range(3)", f"hydra.sweep.dir={sweep_dir}", *SMALL],
-                   cwd=tmp_path, env_extra={**ENV, "RECIPE_AUDIT_FAULT_SIGKILL": "1:5"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (proc.stdout + proc.stderr).count("Recipe cards (") == 1
+    proc, out, pid = _sweep_killing(
+        ["-m", "hydra/launcher=cluster_local", "seed=range(3)", f"hydra.sweep.dir={sweep_dir}",
+         *_fault_args(max_steps=600)],  # 4-5 s of training a seed here
+        tmp_path, store, sweep_dir, seed=1, after_s=0.2, output=tmp_path / "sweep.log")
+    assert proc.returncode == 0, out[-3000:]
+    assert pid != proc.pid  # seed 1's job process, not the sweep
+    assert out.count("Recipe cards (") == 1
     seeds = _by_seed(_runs(store))
     assert sorted(seeds) == [0, 1, 2] and all(len(v) == 1 for v in seeds.values())
     assert seeds[1][0].info.status == "KILLED"
+    assert "accuracy/calibration" not in seeds[1][0].data.metrics  # killed before it finished training
     for s in (0, 2):
         assert seeds[s][0].info.status == "FINISHED" and "accuracy/calibration" in seeds[s][0].data.metrics
+        assert int(seeds[s][0].data.tags[keys.TAG_PID]) not in (pid, proc.pid)  # a process per job
     cell = json.loads((sweep_dir / "card" / "card.json").read_text())["cells"][0]
     assert cell["n_reruns"] == 3 and cell["n_unfinished"] == 1
     assert [(u["seed"], u["reason"]) for u in cell["unfinished"]] == [(1, "killed")]
@@ -41,15 +126,18 @@ def test_sigkill_rerun_is_unfinished_on_the_card_ci(store, tmp_path):
 
 @pytest.mark.slow
 def test_resume_trains_only_unfinished_seeds_ci(store, tmp_path):
-    """The sequential sweep dies with seed 2 (SIGKILL of the whole process); relaunched with
-    tracking.resume=true in the same sweep dir it trains seeds 2 and 3 only; the card has one
-    result per seed, no unfinished rerun, and the dead attempt listed as a duplicate."""
+    """The sequential sweep dies with seed 2 (SIGKILL of the whole process, which trains every seed);
+    relaunched with tracking.resume=true in the same sweep dir it trains seeds 2 and 3 only; the card
+    has one result per seed, no unfinished rerun, and the dead attempt listed as a duplicate."""
     sweep_dir = tmp_path / "sweep"
-    args = ["-m", "seed=range(4)", f"hydra.sweep.dir={sweep_dir}", *SMALL]
-    first = run_app(args, cwd=tmp_path, env_extra={**ENV, "RECIPE_AUDIT_FAULT_SIGKILL": "2:5"})
-    assert first.returncode == -9
+    # 4-5 s of training a seed here, the kill 0.2 s after seed 2's first step
+    args = ["-m", "seed=range(4)", f"hydra.sweep.dir={sweep_dir}", *_fault_args(max_steps=600)]
+    first, _, pid = _sweep_killing(args, tmp_path, store, sweep_dir, seed=2, after_s=0.2,
+                                   output=tmp_path / "first.log")
+    assert pid == first.pid and first.returncode == -9  # the sequential launcher trains in the sweep process
     before = _by_seed(_runs(store))
     assert sorted(before) == [0, 1, 2] and before[2][0].info.status == "RUNNING"
+    assert "accuracy/calibration" not in before[2][0].data.metrics  # killed before it finished training
     second = run_app([*args, "tracking.resume=true"], cwd=tmp_path, env_extra=ENV)
     assert second.returncode == 0, second.stderr[-3000:]
     runs = _runs(store)

@@ -99,3 +99,28 @@ def test_bad_input_is_one_sentence(tmp_path, store, args, needle):
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
     assert needle in proc.stderr
+
+
+def test_rerun_logger_writes_the_first_step_at_once_then_batches(store):
+    """A live rerun shows in the store that it trains (the first loss is written at once); later
+    steps are batched and all written by the end."""
+    from mlflow.tracking import MlflowClient
+
+    from recipe_audit import keys, tracking
+
+    st = tracking.open_store(store, "recipe_audit")
+    cfg = {"recipe": {"name": "default"}, "model": {"name": "tiny_bert"}, "task": {"name": "sentiment"}}
+    logger = tracking.RerunLogger(st, cfg, 7, recipe_id="r" * 16, audit_sets=["calibration"])
+    client = MlflowClient(store)
+
+    def written():
+        return [m.step for m in client.get_metric_history(logger.run_id, keys.METRIC_TRAIN_LOSS)]
+
+    logger.log_step(1, 0.7)
+    assert written() == [1]
+    for step in range(2, 6):
+        logger.log_step(step, 0.6)
+    assert written() == [1]  # buffered
+    logger.finish()
+    assert sorted(written()) == [1, 2, 3, 4, 5]
+    assert client.get_run(logger.run_id).info.status == "FINISHED"
