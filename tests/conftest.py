@@ -35,11 +35,15 @@ def store(tmp_path, monkeypatch):
     assert mlflow.active_run() is None, "a test leaked an active MLflow run"
 
 
+def _app(args: list[str], env_extra: dict | None) -> tuple[list[str], dict]:
+    """The command line and environment of ``python -m recipe_audit ARGS`` as a user runs it."""
+    return [sys.executable, "-m", "recipe_audit", *args], {**os.environ, "HYDRA_FULL_ERROR": "0", **(env_extra or {})}
+
+
 def run_app(args: list[str], cwd: Path, env_extra: dict | None = None, timeout: int = 600):
     """``python -m recipe_audit ARGS`` in a subprocess, as a user runs it."""
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "recipe_audit", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    cmd, env = _app(args, env_extra)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def start_app(args: list[str], cwd: Path, output: Path, env_extra: dict | None = None) -> subprocess.Popen:
@@ -47,11 +51,10 @@ def start_app(args: list[str], cwd: Path, output: Path, env_extra: dict | None =
     ``Popen``. It leads a process group of its own, so ``os.killpg(proc.pid, ...)`` ends it and every
     process it started (launcher jobs too). stdout and stderr go, together, to the file ``output``:
     not to a pipe, which nobody reads while a test polls, and which would block the app once full."""
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(env_extra or {})}
+    cmd, env = _app(args, env_extra)
     with open(output, "w") as out:
-        return subprocess.Popen([sys.executable, "-m", "recipe_audit", *args], cwd=cwd, env=env,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+        return subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 def synthetic_sweep(uri: str, values: dict, *, experiment: str = "exp", recipe_id: str = "r" * 16,
