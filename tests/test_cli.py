@@ -7,26 +7,16 @@ import subprocess
 import sys
 
 import pytest
+from cli_helpers import run_cli
 from conftest import synthetic_sweep
 from scipy import stats as sps
 
-from recipe_audit.cli import main
 from recipe_audit.stats import VERDICTS
-
-
-def _cli(args, capsys):
-    """Run the CLI in-process; argparse-level errors exit through SystemExit like the real thing."""
-    try:
-        rc = main(args)
-    except SystemExit as exc:
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 @pytest.mark.parametrize("k, n", [(0, 1), (0, 22), (6, 59), (59, 59), (3, 10)])
 def test_bound_json(k, n, capsys):
-    rc, out, _ = _cli(["bound", "--failures", str(k), "--reruns", str(n), "--json"], capsys)
+    rc, out, _ = run_cli(["bound", "--failures", str(k), "--reruns", str(n), "--json"], capsys)
     assert rc == 0
     d = json.loads(out)
     assert {"upper_bound", "lower_bound", "sample_floor", "verdict"} <= set(d)
@@ -53,15 +43,15 @@ def test_bound_through_console_script():
     (["card", "--experiment-name", "exp", "--tau", "abc"], "not a number"),
 ])
 def test_bad_bound_and_option_input(args, needle, capsys):
-    rc, out, err = _cli(args, capsys)
+    rc, out, err = run_cli(args, capsys)
     assert rc == 2 and needle in err and err.count("\n") == 1 and not out
 
 
 def test_card_json_contract(store, tmp_path, capsys):
     synthetic_sweep(store, {s: (0.9 if s % 5 else 0.5) for s in range(40)})
     path = tmp_path / "card.json"
-    rc, out, err = _cli(["card", "--experiment-name", "exp", "--tau", "0.7", "0.95", "--json", str(path),
-                         "--out", str(tmp_path / "md")], capsys)
+    rc, out, err = run_cli(["card", "--experiment-name", "exp", "--tau", "0.7", "0.95", "--json", str(path),
+                            "--out", str(tmp_path / "md")], capsys)
     assert rc == 0, err
     doc = json.loads(path.read_text())
     assert len(doc["cells"]) == 2
@@ -86,15 +76,15 @@ def test_bring_your_own_runs(tmp_path, store, capsys):
                 mlflow.log_params({"seed": seed, "model_name": model})
                 mlflow.log_metric("val_acc", 0.9 if (model == "small" or seed % 4) else 0.4)
     path = tmp_path / "c.json"
-    rc, _, err = _cli(["card", "--experiment-name", "mine", "--metric", "val_acc", "--seed-key",
-                       "params.seed", "--group-by", "params.model_name", "--json", str(path)], capsys)
+    rc, _, err = run_cli(["card", "--experiment-name", "mine", "--metric", "val_acc", "--seed-key",
+                          "params.seed", "--group-by", "params.model_name", "--json", str(path)], capsys)
     assert rc == 0, err
     cells = {e["group"]["params.model_name"]: e for e in json.loads(path.read_text())["cells"]}
     assert cells["small"]["verdict"] == "release-supported" and cells["small"]["n_reruns"] == 25
     assert cells["large"]["n_failures"] == 7 and cells["large"]["verdict"] == "strong-unsupported"
     # computing (and logging) a card must not hide the user's runs from the next card
-    rc, _, err = _cli(["card", "--experiment-name", "mine", "--metric", "val_acc", "--seed-key",
-                       "params.seed", "--group-by", "params.model_name", "--json", str(path)], capsys)
+    rc, _, err = run_cli(["card", "--experiment-name", "mine", "--metric", "val_acc", "--seed-key",
+                          "params.seed", "--group-by", "params.model_name", "--json", str(path)], capsys)
     assert rc == 0, err
     assert len(json.loads(path.read_text())["cells"]) == 2
 
@@ -113,7 +103,7 @@ def test_card_bad_input_writes_nothing(args, needle, store, tmp_path, capsys):
 
     MlflowClient(tracking_uri=store).create_experiment("empty")
     path = tmp_path / "card.json"
-    rc, _, err = _cli(["card", *args, "--json", str(path)], capsys)
+    rc, _, err = run_cli(["card", *args, "--json", str(path)], capsys)
     assert rc == 2 and needle in err, err
     ours = [ln for ln in err.splitlines() if not ln.startswith("20")]  # MLflow's own INFO log lines
     assert len(ours) == 1 and ours[0].startswith("recipe-audit: error: ") and "Traceback" not in err
@@ -123,8 +113,8 @@ def test_card_bad_input_writes_nothing(args, needle, store, tmp_path, capsys):
 def test_mixed_recipes_with_one_expected(store, capsys):
     synthetic_sweep(store, {s: 0.9 for s in range(5)}, recipe_id="a" * 16, extra_params={"model_name": "m"})
     synthetic_sweep(store, {s: 0.9 for s in range(5)}, recipe_id="b" * 16, extra_params={"model_name": "m"})
-    rc, out, err = _cli(["card", "--experiment-name", "exp", "--group-by", "params.model_name", "--no-log"],
-                        capsys)
+    rc, out, err = run_cli(["card", "--experiment-name", "exp", "--group-by", "params.model_name",
+                            "--no-log"], capsys)
     assert rc == 2 and "Runs of 2 recipes are mixed in the cell params.model_name=m" in err
-    rc, out, err = _cli(["card", "--experiment-name", "exp", "--recipe-id", "c" * 16, "--no-log"], capsys)
+    rc, out, err = run_cli(["card", "--experiment-name", "exp", "--recipe-id", "c" * 16, "--no-log"], capsys)
     assert rc == 2 and "No rerun of recipe" in err

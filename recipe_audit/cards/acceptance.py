@@ -22,6 +22,7 @@ from typing import Any
 
 from ..stats import acceptance as sa
 from . import schemas
+from .build import installed_versions
 
 __all__ = [
     "CARD_KIND",
@@ -178,15 +179,8 @@ def cell_card(pair, res: sa.AcceptanceResult, *, task: str, cross_task: str | No
 
 
 def software_versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {}
-    for pkg in ("recipe_audit", "numpy", "scipy", "pandas", "torch", "transformers", "peft", "mlflow"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
+    return installed_versions(("recipe_audit", "numpy", "scipy", "pandas", "torch", "transformers", "peft",
+                               "mlflow"))
 
 
 def document_digest(doc: Mapping[str, Any]) -> str:

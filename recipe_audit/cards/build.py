@@ -227,16 +227,22 @@ def _reason(bound, cell: Cell, opts: CardOptions) -> str:
                bound.more_clean_reruns_needed else "."))
 
 
-def software_versions() -> dict[str, str]:
+def installed_versions(packages: Sequence[str]) -> dict[str, str]:
+    """``{package: version}`` for those of ``packages`` that are installed, in the order given."""
     from importlib import metadata
 
     out = {}
-    for pkg in ("recipe_audit", "mlflow", "numpy", "scipy", "torch", "transformers", "peft", "hydra-core"):
+    for pkg in packages:
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def software_versions() -> dict[str, str]:
+    return installed_versions(("recipe_audit", "mlflow", "numpy", "scipy", "torch", "transformers", "peft",
+                               "hydra-core"))
 
 
 def build_document(cells: Sequence[Cell], opts: CardOptions, source: dict[str, Any]) -> dict[str, Any]:

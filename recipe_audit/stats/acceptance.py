@@ -287,6 +287,13 @@ def _rates_dict(r: np.ndarray) -> dict:
             "defense": {"eval": _num(r[_R_EVAL]), "deploy": _num(r[_R_DEPLOY])}}
 
 
+def _estimates_dict(g) -> dict:
+    """The point estimates diagnostics (a) and (b) both report: Δgap, Δdeploy, both gaps, the rates."""
+    return {"delta_gap": _num(g.delta_gap), "delta_deploy": _num(g.delta_deploy),
+            "gap_baseline": _num(g.gap_baseline), "gap_defense": _num(g.gap_defense),
+            "rates": _rates_dict(np.asarray(g.rates))}
+
+
 def _sd(x: np.ndarray) -> float:
     return float(np.std(x, ddof=1)) if x.size >= 2 else float("nan")
 
@@ -415,11 +422,7 @@ class GateA:
             "statistic": {"name": "upper end of the Δgap interval", "value": _num(self.ci_gap[1])},
             "threshold": "< 0",
             "reason": self.reason,
-            "delta_gap": _num(self.delta_gap),
-            "delta_deploy": _num(self.delta_deploy),
-            "gap_baseline": _num(self.gap_baseline),
-            "gap_defense": _num(self.gap_defense),
-            "rates": _rates_dict(np.asarray(self.rates)),
+            **_estimates_dict(self),
             "ci_delta_gap": _pair(self.ci_gap),
             "ci_delta_deploy": _pair(self.ci_deploy),
             "level": self.level,
@@ -540,11 +543,7 @@ class GateB:
                           "value": _num(max(self.bound_paired, self.bound_indep))},
             "threshold": "< 0 (both)",
             "reason": self.reason,
-            "delta_gap": _num(self.delta_gap),
-            "delta_deploy": _num(self.delta_deploy),
-            "gap_baseline": _num(self.gap_baseline),
-            "gap_defense": _num(self.gap_defense),
-            "rates": _rates_dict(np.asarray(self.rates)),
+            **_estimates_dict(self),
             "n_items": {"baseline": {"eval": self.n_items[0], "deploy": self.n_items[1]},
                         "defense": {"eval": self.n_items[2], "deploy": self.n_items[3]}},
             "n_questions": self.n_questions,

@@ -55,6 +55,15 @@ def _root(delta: np.ndarray, n: np.ndarray) -> np.ndarray:
     return vals[inverse.ravel()]
 
 
+def _flat_inputs(k, n, delta):
+    """Validate a bound's inputs; return their broadcast shape and ``k``, ``n``, ``delta`` as flat arrays."""
+    k_arr, n_arr = check_counts(k, n)
+    d_arr = check_prob("delta", delta)
+    shape = np.broadcast_shapes(k_arr.shape, n_arr.shape, d_arr.shape)
+    k1, n1, d1 = (np.broadcast_to(x, shape).ravel() for x in (k_arr, n_arr, d_arr))
+    return shape, k1, n1, d1
+
+
 def clopper_pearson_upper(k, n, delta):
     """One-sided exact upper confidence bound ``U`` on the failure probability.
 
@@ -80,10 +89,7 @@ def clopper_pearson_upper(k, n, delta):
 
     References: Clopper & Pearson (1934), Biometrika 26(4), 404-413.
     """
-    k_arr, n_arr = check_counts(k, n)
-    d_arr = check_prob("delta", delta)
-    shape = np.broadcast_shapes(k_arr.shape, n_arr.shape, d_arr.shape)
-    k1, n1, d1 = (np.broadcast_to(x, shape).ravel() for x in (k_arr, n_arr, d_arr))
+    shape, k1, n1, d1 = _flat_inputs(k, n, delta)
     kf, nf = k1.astype(np.float64), n1.astype(np.float64)
     with np.errstate(all="ignore"):
         # Beta(k+1, n-k) upper quantile; the second shape is clamped only where k == n (set below).
@@ -105,10 +111,7 @@ def clopper_pearson_lower(k, n, delta):
 
     References: Clopper & Pearson (1934), Biometrika 26(4), 404-413.
     """
-    k_arr, n_arr = check_counts(k, n)
-    d_arr = check_prob("delta", delta)
-    shape = np.broadcast_shapes(k_arr.shape, n_arr.shape, d_arr.shape)
-    k1, n1, d1 = (np.broadcast_to(x, shape).ravel() for x in (k_arr, n_arr, d_arr))
+    shape, k1, n1, d1 = _flat_inputs(k, n, delta)
     kf, nf = k1.astype(np.float64), n1.astype(np.float64)
     with np.errstate(all="ignore"):
         # Beta(k, n-k+1) lower quantile; the first shape is clamped only where k == 0 (set below).

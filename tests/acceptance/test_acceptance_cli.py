@@ -8,22 +8,13 @@ import json
 import pandas as pd
 import pytest
 from acceptance_synth import records
+from cli_helpers import run_cli
 
 from recipe_audit.cards.acceptance import validate
-from recipe_audit.cli import main
 from recipe_audit.stats import acceptance as sa
 
 GOOD = {"base": (0.4, 0.85), "def": (0.75, 0.85)}
 NOTHING = {"base": (0.4, 0.85), "def": (0.4, 0.85)}
-
-
-def _cli(args, capsys):
-    try:
-        rc = main(args)
-    except SystemExit as exc:
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def _frame(cells=GOOD, cross=GOOD, seed=0, n=40):
@@ -46,9 +37,11 @@ def files(tmp_path):
 
 def test_json_card_contract(files, capsys):
     card = files / "card.json"
-    rc, out, err = _cli(["acceptance", "--records", str(files / "held.csv"), "--records", str(files / "rest.parquet"),
-                         "--defense", "def", "--baseline", "base", "--task", "mcq", "--cross-task", "arith",
-                         "--alphas", str(files / "alphas.json"), "--resamples", "1000", "--json", str(card)], capsys)
+    rc, out, err = run_cli(["acceptance", "--records", str(files / "held.csv"),
+                            "--records", str(files / "rest.parquet"), "--defense", "def",
+                            "--baseline", "base", "--task", "mcq", "--cross-task", "arith",
+                            "--alphas", str(files / "alphas.json"), "--resamples", "1000",
+                            "--json", str(card)], capsys)
     assert rc == 0, err
     doc = json.loads(card.read_text())
     validate(doc)
@@ -69,8 +62,8 @@ def test_json_card_contract(files, capsys):
 def test_same_inputs_same_card(files, capsys):
     args = ["acceptance", "--records", str(files / "held.csv"), "--records", str(files / "rest.parquet"),
             "--defense", "def", "--baseline", "base", "--task", "mcq", "--resamples", "500"]
-    _cli([*args, "--json", str(files / "1.json")], capsys)
-    _cli([*args, "--json", str(files / "2.json")], capsys)
+    run_cli([*args, "--json", str(files / "1.json")], capsys)
+    run_cli([*args, "--json", str(files / "2.json")], capsys)
     one, two = (json.loads((files / f"{i}.json").read_text()) for i in (1, 2))
     assert one["digest"] == two["digest"] and one["cells"] == two["cells"]
 
@@ -78,9 +71,10 @@ def test_same_inputs_same_card(files, capsys):
 def test_markdown_and_figures(files, capsys):
     out = files / "out"
     md = files / "card.md"
-    rc, _, err = _cli(["acceptance", "--records", str(files / "held.csv"), "--records", str(files / "rest.parquet"),
-                       "--defense", "def", "--baseline", "base", "--task", "mcq", "--alphas", str(files / "alphas.json"),
-                       "--resamples", "500", "--out", str(out), "--markdown", str(md)], capsys)
+    rc, _, err = run_cli(["acceptance", "--records", str(files / "held.csv"),
+                          "--records", str(files / "rest.parquet"), "--defense", "def", "--baseline", "base",
+                          "--task", "mcq", "--alphas", str(files / "alphas.json"),
+                          "--resamples", "500", "--out", str(out), "--markdown", str(md)], capsys)
     assert rc == 0, err
     text = (out / "acceptance_card.md").read_text()
     assert "## Verdicts" in md.read_text() and "## Figures" not in md.read_text()
@@ -116,7 +110,7 @@ def test_many_cells_filter_and_sensitivity(tmp_path, capsys):
             "--markdown", str(tmp_path / "c.md")]
     for s in range(3):
         args += ["--defense", f"def_s{s}", "--baseline", f"base_s{s}"]
-    rc, out, err = _cli(args, capsys)
+    rc, out, err = run_cli(args, capsys)
     assert rc == 0, err
     doc = json.loads((tmp_path / "c.json").read_text())
     assert "diagnostics" not in doc and len(doc["cells"]) == 3
@@ -136,8 +130,9 @@ def test_many_cells_filter_and_sensitivity(tmp_path, capsys):
 
 def test_undefined_when_the_baseline_gap_is_not_installed(tmp_path, capsys):
     _frame({"base": (0.6, 0.6), "def": (0.6, 0.6)}, None).to_csv(tmp_path / "r.csv", index=False)
-    rc, _, err = _cli(["acceptance", "--records", str(tmp_path / "r.csv"), "--defense", "def", "--baseline", "base",
-                       "--resamples", "200", "--json", str(tmp_path / "c.json")], capsys)
+    rc, _, err = run_cli(["acceptance", "--records", str(tmp_path / "r.csv"), "--defense", "def",
+                          "--baseline", "base", "--resamples", "200", "--json", str(tmp_path / "c.json")],
+                         capsys)
     assert rc == 0, err
     doc = json.loads((tmp_path / "c.json").read_text())
     assert doc["verdict"] == sa.UNDEFINED and doc["weaker_claims"] == []
@@ -173,9 +168,9 @@ def test_bad_input_one_sentence_no_card(tmp_path, capsys, case, extra, needle):
     base = ["--defense", "def", "--baseline", "base"] if case != "ok" or "--defense" not in extra else []
     if extra[:1] == ["--baseline"]:
         base = ["--defense", "def", "--baseline", "base"]
-    rc, out, err = _cli(["acceptance", "--records", str(tmp_path / "r.csv"), *base, *extra, "--resamples",
-                         extra[1] if extra[:1] == ["--resamples"] else "200", "--json", str(tmp_path / "c.json"),
-                         "--out", str(tmp_path / "out")], capsys)
+    rc, out, err = run_cli(["acceptance", "--records", str(tmp_path / "r.csv"), *base, *extra, "--resamples",
+                            extra[1] if extra[:1] == ["--resamples"] else "200",
+                            "--json", str(tmp_path / "c.json"), "--out", str(tmp_path / "out")], capsys)
     assert rc == 2, (out, err)
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err and not out
     assert not (tmp_path / "c.json").exists() and not (tmp_path / "out").exists()
@@ -184,9 +179,10 @@ def test_bad_input_one_sentence_no_card(tmp_path, capsys, case, extra, needle):
 @pytest.mark.parametrize("flag", [["--cross-restricted"], ["--cross-restricted", "def"]])
 def test_restricted_cross_task_variant_is_a_caveat(files, capsys, flag):
     card = files / "card.json"
-    rc, _, err = _cli(["acceptance", "--records", str(files / "held.csv"), "--records", str(files / "rest.parquet"),
-                       "--defense", "def", "--baseline", "base", "--cross-task", "arith", *flag,
-                       "--alphas", str(files / "alphas.json"), "--resamples", "500", "--json", str(card)], capsys)
+    rc, _, err = run_cli(["acceptance", "--records", str(files / "held.csv"),
+                          "--records", str(files / "rest.parquet"), "--defense", "def", "--baseline", "base",
+                          "--cross-task", "arith", *flag, "--alphas", str(files / "alphas.json"),
+                          "--resamples", "500", "--json", str(card)], capsys)
     assert rc == 0, err
     doc = json.loads(card.read_text())
     assert doc["diagnostics"]["d"]["status"] == sa.CAVEAT and doc["diagnostics"]["d"]["restricted_variant"]

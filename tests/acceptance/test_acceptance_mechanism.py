@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 from acceptance_synth import calibration_items, records, tiny_bert, write_jsonl
+from cli_helpers import run_cli
 
 from recipe_audit.acceptance import mechanism as mech
-from recipe_audit.cli import main
 from recipe_audit.stats import acceptance as sa
 
 QV = ["bert.encoder.layer.*.attention.self.query.weight", "bert.encoder.layer.*.attention.self.value.weight"]
@@ -54,15 +54,6 @@ def world(tmp_path_factory):
 
 def _names(world, patterns=QV):
     return mech.slice_names(world["base"], patterns)
-
-
-def _cli(args, capsys):
-    try:
-        rc = main(args)
-    except SystemExit as exc:
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def test_lora_delta_is_b_a_scaling_on_the_slice(world):
@@ -222,9 +213,10 @@ def _spec(world, tmp_path, slice_=QV, cells="{def: {adapter: ADAPTER}, ft: {fine
 
 def test_cli_with_weights(world, tmp_path, capsys):
     out = tmp_path / "card"
-    rc, stdout, err = _cli(["acceptance", "--records", str(world["root"] / "recs.csv"), "--defense", "def",
-                            "--defense", "ft", "--baseline", "base", "--mechanism", str(_spec(world, tmp_path)),
-                            "--resamples", "500", "--out", str(out)], capsys)
+    rc, stdout, err = run_cli(["acceptance", "--records", str(world["root"] / "recs.csv"), "--defense", "def",
+                               "--defense", "ft", "--baseline", "base",
+                               "--mechanism", str(_spec(world, tmp_path)), "--resamples", "500",
+                               "--out", str(out)], capsys)
     assert rc == 0, err
     doc = json.loads((out / "acceptance_card.json").read_text())
     assert (out / "acceptance_card_alphas.png").is_file() and (out / "acceptance_card_deltas.png").is_file()
@@ -255,9 +247,9 @@ def test_cli_bad_mechanism_inputs_write_no_card(world, tmp_path, capsys, case, n
         spec.write_text(spec.read_text().replace(str(world["root"] / "base"), str(tmp_path / "other")))
     card = tmp_path / "card.json"
     capsys.readouterr()  # drop the progress output of saving the other base
-    rc, out, err = _cli(["acceptance", "--records", str(world["root"] / "recs.csv"), "--defense", "def",
-                         "--baseline", "base", "--mechanism", str(spec), "--resamples", "200",
-                         "--json", str(card)], capsys)
+    rc, out, err = run_cli(["acceptance", "--records", str(world["root"] / "recs.csv"), "--defense", "def",
+                            "--baseline", "base", "--mechanism", str(spec), "--resamples", "200",
+                            "--json", str(card)], capsys)
     assert rc == 2 and needle in err and err.count("\n") == 1 and not out
     assert not card.exists()
 

@@ -14,12 +14,12 @@ import time
 import urllib.request
 
 import pytest
+from cli_helpers import run_cli
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from registry_world import make_world
 
 from recipe_audit import registry
-from recipe_audit.cli import main
 
 
 def _free_port() -> int:
@@ -74,34 +74,25 @@ def world(server):
     return make_world(uri, root)
 
 
-def _cli(args, capsys):
-    try:
-        rc = main(args)
-    except SystemExit as exc:
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
 def test_attach_gate_verify_over_http(server, world, capsys):
     uri, _ = server
-    rc, out, err = _cli(["attach", "--model-name", "clf", "--run-id", world.runs[("good", 0)], "--card",
-                         str(world.card), "--set-alias", "candidate", "--tracking-uri", uri], capsys)
+    rc, out, err = run_cli(["attach", "--model-name", "clf", "--run-id", world.runs[("good", 0)], "--card",
+                            str(world.card), "--set-alias", "candidate", "--tracking-uri", uri], capsys)
     assert rc == 0 and "registered as new version 1" in out, err
     mv = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version_by_alias("clf", "candidate")
     cards = registry.attached_cards(mv.tags)
     assert cards["recipe_audit.card.calibration.tau_0.7"]["verdict"] == "release-supported"
     assert cards["recipe_audit.card.shift_x.tau_0.7"]["verdict"] == "strong-unsupported"
     gate = ["gate", "--model-name", "clf", "--alias", "candidate", "--tracking-uri", uri]
-    rc, out, err = _cli([*gate, "--audit", "calibration", "--tau", "0.7"], capsys)
+    rc, out, err = run_cli([*gate, "--audit", "calibration", "--tau", "0.7"], capsys)
     assert rc == 0 and "PASS" in out, err
-    rc, _, err = _cli([*gate, "--audit", "shift_x"], capsys)
+    rc, _, err = run_cli([*gate, "--audit", "shift_x"], capsys)
     assert rc == 1 and "FAIL (unsupported)" in err
-    rc, _, err = _cli([*gate, "--audit", "entailment/calibration"], capsys)
+    rc, _, err = run_cli([*gate, "--audit", "entailment/calibration"], capsys)
     assert rc == 1 and "FAIL (refused-shift)" in err
     card_uri = cards["recipe_audit.card.calibration.tau_0.7"]["card_uri"]
     for card in (card_uri, str(world.card)):
-        rc, out, err = _cli(["verify", card, "--tracking-uri", uri], capsys)
+        rc, out, err = run_cli(["verify", card, "--tracking-uri", uri], capsys)
         assert rc == 0 and "verifies" in out, err
     # MLflow's own loader, through the server's registry
     import mlflow
@@ -119,10 +110,10 @@ def test_bad_input_over_http(server, world, capsys):
                          (["gate", "--model-name", "clf", "--alias", "prod"], "has no alias 'prod'"),
                          (["attach", "--model-name", "clf", "--version", "1", "--card", str(world.card_bad)],
                           "card is of recipe")]:
-        rc, out, err = _cli([*args, "--tracking-uri", uri], capsys)
+        rc, out, err = run_cli([*args, "--tracking-uri", uri], capsys)
         assert rc == 2 and needle in err and err.count("\n") == 1, (args, err)
-    rc, _, err = _cli(["gate", "--model-name", "clf", "--version", "1", "--tracking-uri",
-                       f"http://127.0.0.1:{_free_port()}"], capsys)
+    rc, _, err = run_cli(["gate", "--model-name", "clf", "--version", "1", "--tracking-uri",
+                          f"http://127.0.0.1:{_free_port()}"], capsys)
     assert rc == 2 and "not reachable" in err
 
 
@@ -131,7 +122,8 @@ def test_a_changed_store_fails_the_gate_over_http(server, world, capsys):
     uri, _ = server
     MlflowClient(tracking_uri=uri).log_batch(world.runs[("good", 5)],
                                              metrics=[Metric("accuracy/calibration", 0.2, 0, 99)])
-    rc, _, err = _cli(["gate", "--model-name", "clf", "--alias", "candidate", "--tracking-uri", uri], capsys)
+    rc, _, err = run_cli(["gate", "--model-name", "clf", "--alias", "candidate", "--tracking-uri", uri],
+                         capsys)
     assert rc == 1 and "FAIL (card-does-not-verify)" in err and "seed 5" in err
-    rc, out, _ = _cli(["verify", str(world.card), "--tracking-uri", uri, "--json"], capsys)
+    rc, out, _ = run_cli(["verify", str(world.card), "--tracking-uri", uri, "--json"], capsys)
     assert rc == 1 and json.loads(out)["kinds"] == ["metric-changed"]

@@ -7,22 +7,13 @@ import json
 import shutil
 
 import pytest
+from cli_helpers import run_cli
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from registry_world import BAD, EXP, GOOD, log_rerun, make_world
 
 from recipe_audit import keys, registry
-from recipe_audit.cli import main
 from recipe_audit.tracking import use_tracking_uri
-
-
-def _cli(args, capsys):
-    try:
-        rc = main(args)
-    except SystemExit as exc:
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +61,8 @@ def in_tmp(world, tmp_path, monkeypatch):
 
 
 def _attach_from_run(uri, world, capsys, *extra):
-    return _cli(["attach", "--model-name", "clf", "--run-id", world.runs[("good", 0)], "--card", "card.json",
-                 "--tracking-uri", uri, *extra], capsys)
+    return run_cli(["attach", "--model-name", "clf", "--run-id", world.runs[("good", 0)],
+                    "--card", "card.json", "--tracking-uri", uri, *extra], capsys)
 
 
 def test_attach_registers_the_logged_model_and_tags_every_card(copy, capsys):
@@ -112,21 +103,21 @@ def test_attach_registers_the_logged_model_and_tags_every_card(copy, capsys):
 def test_gate_outcomes(attached, capsys):
     uri = attached
     gate = ["gate", "--model-name", "clf", "--tracking-uri", uri]
-    rc, out, _ = _cli([*gate, "--alias", "candidate", "--audit", "calibration", "--tau", "0.7"], capsys)
+    rc, out, _ = run_cli([*gate, "--alias", "candidate", "--audit", "calibration", "--tau", "0.7"], capsys)
     assert rc == 0 and "PASS" in out and "verifies" in out
     for args, outcome in [(["--audit", "shift_x"], "unsupported"),  # a target audit the recipe fails
                           (["--audit", "shift_people"], "refused-shift"),  # no card for that audit set
                           (["--tau", "0.9"], "no-card")]:
-        rc, out, err = _cli([*gate, "--version", "1", *args], capsys)
+        rc, out, err = run_cli([*gate, "--version", "1", *args], capsys)
         assert rc == 1 and f"FAIL ({outcome})" in err and err.count("\n") == 1, (args, err)
-    rc, out, _ = _cli([*gate, "--version", "1", "--json"], capsys)
+    rc, out, _ = run_cli([*gate, "--version", "1", "--json"], capsys)
     assert rc == 0 and json.loads(out)["passed"] is True
     # a version without a card
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     v1 = client.get_model_version("clf", "1")
     with use_tracking_uri(uri):  # MLflow resolves a models:/ source with the global URI
         v2 = client.create_model_version("clf", v1.source, run_id=v1.run_id)
-    rc, _, err = _cli([*gate, "--version", str(v2.version)], capsys)
+    rc, _, err = run_cli([*gate, "--version", str(v2.version)], capsys)
     assert rc == 1 and "FAIL (no-card)" in err and "carries no recipe card" in err
 
 
@@ -135,7 +126,7 @@ def test_gate_fails_when_the_store_changed(copy, capsys):
     assert _attach_from_run(uri, world, capsys)[0] == 0
     client = MlflowClient(tracking_uri=uri)
     client.log_batch(world.runs[("good", 7)], metrics=[Metric("accuracy/calibration", 0.4, 0, 99)])
-    rc, _, err = _cli(["gate", "--model-name", "clf", "--version", "1", "--tracking-uri", uri], capsys)
+    rc, _, err = run_cli(["gate", "--model-name", "clf", "--version", "1", "--tracking-uri", uri], capsys)
     assert rc == 1 and "FAIL (card-does-not-verify)" in err and "metric-changed" in err and "seed 7" in err
 
 
@@ -144,8 +135,8 @@ def test_gate_fails_when_tags_were_edited(copy, capsys):
     assert _attach_from_run(uri, world, capsys)[0] == 0
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     client.set_model_version_tag("clf", "1", "recipe_audit.card.shift_x.tau_0.7.verdict", "release-supported")
-    rc, _, err = _cli(["gate", "--model-name", "clf", "--version", "1", "--audit", "shift_x", "--tau", "0.7",
-                       "--tracking-uri", uri], capsys)
+    rc, _, err = run_cli(["gate", "--model-name", "clf", "--version", "1", "--audit", "shift_x",
+                          "--tau", "0.7", "--tracking-uri", uri], capsys)
     assert rc == 1 and "do not match the card" in err and "verdict" in err
 
 
@@ -157,8 +148,8 @@ def test_several_cards_from_several_attaches(copy, capsys):
     assert set(registry.attached_cards(client.get_model_version("clf", "1").tags)) == {
         "recipe_audit.card.calibration.tau_0.7"}
     base = ["attach", "--model-name", "clf", "--version", "1", "--card", "card.json", "--tracking-uri", uri]
-    assert _cli([*base, "--audit", "shift_x"], capsys)[0] == 0
-    assert _cli([*base, "--audit", "calibration", "--tau", "0.7"], capsys)[0] == 0
+    assert run_cli([*base, "--audit", "shift_x"], capsys)[0] == 0
+    assert run_cli([*base, "--audit", "calibration", "--tau", "0.7"], capsys)[0] == 0
     mv = client.get_model_version("clf", "1")
     assert len(registry.attached_cards(mv.tags)) == 3
     assert mv.description.count(registry.DESCRIPTION_MARKER) == 1
@@ -202,7 +193,7 @@ def test_bad_input_is_one_sentence_and_writes_nothing(world, attached, in_tmp, c
                  for m in client.search_registered_models()])
 
     before = state()
-    rc, out, err = _cli(args if "--tracking-uri" in args else [*args, "--tracking-uri", uri], capsys)
+    rc, out, err = run_cli(args if "--tracking-uri" in args else [*args, "--tracking-uri", uri], capsys)
     assert rc == 2 and needle in err and err.count("\n") == 1 and "Traceback" not in err, err
     assert state() == before
 
@@ -227,7 +218,7 @@ def test_a_failed_attach_is_undone(copy, monkeypatch):
 
 def test_verify_says_what_changed(copy, capsys):
     world, uri, tmp = copy
-    rc, out, _ = _cli(["verify", "card.json", "--tracking-uri", uri], capsys)
+    rc, out, _ = run_cli(["verify", "card.json", "--tracking-uri", uri], capsys)
     assert rc == 0 and "verifies" in out
     # hand-edited: a verdict, a listed metric, the shift table
     for edit, needle in [(lambda d: d["cells"][2].update(verdict="release-supported"), "hand-edited"),
@@ -237,19 +228,19 @@ def test_verify_says_what_changed(copy, capsys):
         d = json.loads((tmp / "card.json").read_text())
         edit(d)
         (tmp / "edited.json").write_text(json.dumps(d))
-        rc, _, err = _cli(["verify", "edited.json", "--tracking-uri", uri], capsys)
+        rc, _, err = run_cli(["verify", "edited.json", "--tracking-uri", uri], capsys)
         assert rc == 1 and "hand-edited" in err and needle in err, err
     client = MlflowClient(tracking_uri=uri)
     # a changed metric
     client.log_batch(world.runs[("good", 4)], metrics=[Metric("accuracy/shift_x", 0.1, 0, 99)])
-    rc, out, _ = _cli(["verify", "card.json", "--tracking-uri", uri, "--json"], capsys)
+    rc, out, _ = run_cli(["verify", "card.json", "--tracking-uri", uri, "--json"], capsys)
     res = json.loads(out)
     assert rc == 1 and res["kinds"] == ["metric-changed"] and "seed 4" in res["summary"] and "0.9 -> 0.1" in \
         res["summary"]
     # an added rerun and a removed one
     log_rerun(uri, GOOD, 30, {"calibration": 0.9, "shift_x": 0.9})
     client.delete_run(world.runs[("bad", 3)])
-    rc, out, _ = _cli(["verify", "card.json", "--tracking-uri", uri, "--json"], capsys)
+    rc, out, _ = run_cli(["verify", "card.json", "--tracking-uri", uri, "--json"], capsys)
     res = json.loads(out)
     assert rc == 1 and {"rerun-added", "rerun-removed"} <= set(res["kinds"])
     assert any("seed 30" in f["message"] for f in res["findings"] if f["kind"] == "rerun-added")
@@ -257,6 +248,6 @@ def test_verify_says_what_changed(copy, capsys):
     # every rerun of a recipe gone: its card says so, cell by cell
     for s in range(10):
         client.delete_run(world.runs[("bad", s)])
-    rc, out, _ = _cli(["verify", "card_bad.json", "--tracking-uri", uri, "--json"], capsys)
+    rc, out, _ = run_cli(["verify", "card_bad.json", "--tracking-uri", uri, "--json"], capsys)
     res = json.loads(out)
     assert rc == 1 and res["kinds"] == ["rerun-removed"] and "no rerun" in res["summary"]
