@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 from conftest import REPO, SMALL, run_app
@@ -54,3 +59,60 @@ def test_submitit_local_card_once_ci(store, tmp_path):
                    cwd=tmp_path, env_extra=ENV)
     reruns, _ = _check_sweep(proc, store, sweep_dir, [0, 1, 2])
     assert all(r.info.status == "FINISHED" for r in reruns)
+
+
+def _ray_pids(temp_dir: str) -> set[int]:
+    """Processes of the Ray instance whose session lives under ``temp_dir`` (gcs_server, raylet,
+    monitors name it on their command line) and their descendants (agents, workers)."""
+    procs = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        procs[int(d.name)] = (ppid, cmd)
+    pids = {pid for pid, (_, cmd) in procs.items() if temp_dir in cmd} - {os.getpid()}
+    while True:
+        more = {pid for pid, (ppid, _) in procs.items() if ppid in pids} - pids
+        if not more:
+            return pids
+        pids |= more
+
+
+@pytest.fixture
+def ray_temp_dir():
+    """A Ray temp dir of this test's own (short: Ray's socket paths must stay under 108 bytes), so
+    the processes of the Ray instance the sweep starts can be told from any other Ray on the
+    machine; whatever of them is left after the test is killed, by pid."""
+    if not Path("/proc").is_dir():
+        pytest.skip("needs /proc to find the Ray processes")
+    temp_dir = tempfile.mkdtemp(prefix="ra-ray-")
+    yield temp_dir
+    for pid in _ray_pids(temp_dir):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_ray_local_card_once_ci(store, tmp_path, ray_temp_dir):
+    """hydra/launcher=ray_local: a local Ray instance started by the sweep, each rerun a Ray task in
+    a worker process; the card once, by the launching process; Ray gone when the sweep exits."""
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher")
+    sweep_dir = tmp_path / "sweep"
+    proc = run_app(["-m", "hydra/launcher=ray_local", "seed=range(3)", f"hydra.sweep.dir={sweep_dir}",
+                    f"+hydra.launcher.ray.init._temp_dir={ray_temp_dir}", *SMALL],
+                   cwd=tmp_path, env_extra={**ENV, "RAY_USAGE_STATS_ENABLED": "0"}, timeout=300)
+    reruns, card = _check_sweep(proc, store, sweep_dir, [0, 1, 2])
+    assert all(r.info.status == "FINISHED" for r in reruns)
+    assert card["cells"][0]["unfinished"] == []
+    assert "Started a local Ray instance" in proc.stderr  # the jobs did run on Ray
+    deadline = time.monotonic() + 15  # the driver stops its Ray instance when it exits
+    while _ray_pids(ray_temp_dir) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _ray_pids(ray_temp_dir), "the sweep left Ray processes running"
