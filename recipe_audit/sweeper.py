@@ -351,10 +351,10 @@ def register_plugin() -> None:
     (``Plugins.register``, idempotent). Without the plugin package installed this does nothing."""
     try:
         from hydra_plugins.recipe_audit_sweeper.curtail import CurtailingSweeper
-        from hydra_plugins.recipe_audit_sweeper.seeds import SeedSweeper
+        from hydra_plugins.recipe_audit_sweeper.seeds import SeedLauncher, SeedSweeper
     except ImportError:
         return
     from hydra.core.plugins import Plugins
 
-    Plugins.instance().register(CurtailingSweeper)
-    Plugins.instance().register(SeedSweeper)
+    for plugin in (CurtailingSweeper, SeedSweeper, SeedLauncher):
+        Plugins.instance().register(plugin)

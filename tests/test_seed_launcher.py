@@ -1,0 +1,90 @@
+"""The default launcher (``hydra/launcher=seeds``) derives a seed's job configuration from its
+recipe's first composed job: the derived configuration must be exactly what Hydra composes."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+
+from recipe_audit.config import register_configs
+from recipe_audit.launcher import SeedLauncherBase
+
+
+class CountingLoader:
+    """Hydra's config loader, counting the compositions the launcher asks for."""
+
+    def __init__(self, loader):
+        self.loader = loader
+        self.composed = []
+
+    def load_sweep_config(self, master_config, sweep_overrides):
+        self.composed.append(list(sweep_overrides))
+        return self.loader.load_sweep_config(master_config, sweep_overrides)
+
+
+@pytest.fixture
+def hydra_loader(tmp_path):
+    register_configs()  # the structured-config schemas, as the app does
+    GlobalHydra.instance().clear()
+    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration(
+            "config", overrides=[f"hydra.sweep.dir={tmp_path}", "hydra.job.config.override_dirname.exclude_keys=[task]"],
+            run_mode=RunMode.MULTIRUN)
+        yield loader, master
+    GlobalHydra.instance().clear()
+
+
+def _launcher(loader, master):
+    launcher = SeedLauncherBase()
+    counting = CountingLoader(loader)
+    launcher.setup(hydra_context=type("Ctx", (), {"config_loader": counting})(), task_function=None,
+                   config=master)
+    return launcher, counting
+
+
+JOBS = [[f"seed={s}", f"recipe={r}", "task=entailment", "audit.taus=[0.6,0.7]"]
+        for s in (0, 1, 7, 58) for r in ("default", "stable")]
+
+
+def test_derived_configurations_equal_hydras(hydra_loader):
+    loader, master = hydra_loader
+    launcher, counting = _launcher(loader, master)
+    for job in JOBS:
+        got = launcher.job_config(list(job))
+        want = loader.load_sweep_config(master, list(job))
+        assert OmegaConf.to_yaml(got) == OmegaConf.to_yaml(want), job
+        assert got.seed == int(job[0].split("=")[1]) and isinstance(got.seed, int)
+        assert OmegaConf.is_struct(got) == OmegaConf.is_struct(want)
+        assert OmegaConf.get_type(got) is OmegaConf.get_type(want)
+    # Hydra composed the first job of each recipe; the six others were derived
+    assert counting.composed == [JOBS[0], JOBS[1]]
+    # the override_dirname follows the seed (with its exclude_keys honoured)
+    assert launcher.job_config(["seed=9", "recipe=stable", "task=entailment", "audit.taus=[0.6,0.7]"]) \
+        .hydra.job.override_dirname == "audit.taus=[0.6,0.7],recipe=stable,seed=9"
+
+
+def test_a_derived_configuration_is_not_shared(hydra_loader):
+    """run_job writes into the configuration it is given: the template must stay as composed."""
+    loader, master = hydra_loader
+    launcher, _ = _launcher(loader, master)
+    first = launcher.job_config(["seed=0"])
+    first.hydra.runtime.output_dir = "/somewhere"
+    second = launcher.job_config(["seed=1"])
+    assert OmegaConf.is_missing(second.hydra.runtime, "output_dir")
+    assert OmegaConf.to_yaml(second) == OmegaConf.to_yaml(loader.load_sweep_config(master, ["seed=1"]))
+
+
+@pytest.mark.parametrize("job", [["seed=x"], ["+seed=3"], ["seed=3", "seed=4"], ["seed=true"], ["seed=1.5"]])
+def test_anything_but_a_plain_integer_seed_is_composed_by_hydra(hydra_loader, job):
+    loader, master = hydra_loader
+    launcher, counting = _launcher(loader, master)
+    launcher.job_config(["seed=0"])
+    try:
+        launcher.job_config(list(job))
+    except Exception:  # Hydra's own error for a bad seed, as with its basic launcher
+        pass
+    assert counting.composed == [["seed=0"], job]
