@@ -2,13 +2,17 @@
 
     python bench/bench_parallel.py                   # 16 reruns of the default recipe, 2 rounds
     python bench/bench_parallel.py --reruns 8 --rounds 3
+    python bench/bench_parallel.py --reruns 59 --rounds 1 --ceiling   # and the machine's ceiling
 
 Both sides run the same command, ``python -m recipe_audit -m 'seed=range(N)'`` with the default
 recipe, model and task, each into its own fresh SQLite store, card included: end-to-end wall time
 as a user sees it. The machine is shared, so the sides are interleaved (sequential, parallel,
 sequential, ...) and the load average is printed with each measurement. Target: ratio >= 1.6.
 The sequential side is timed twice: with torch's default threads (what ``python -m recipe_audit -m``
-does) and with ``threads=1``; the verdict is against the faster of the two.
+does) and with ``threads=1``; the verdict is against the faster of the two. ``--ceiling`` also
+times the trainings alone (bench_sweep.py's bare loop, no Hydra, no MLflow, no card): one process
+with every seed and torch's default threads, against two processes at once with half the seeds
+and one thread each: the most any two-worker launcher could gain here.
 """
 
 from __future__ import annotations
@@ -36,6 +40,20 @@ def one(side: str, reruns: int, tmp: Path, i: int) -> float:
         args += ["threads=1"]
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{d / 'mlflow.db'}",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    if side.startswith("bare"):  # the ceiling: the trainings alone (bench_sweep.py's bare loop)
+        bare = [sys.executable, str(REPO / "bench" / "bench_sweep.py"), "--bare"]
+        if side == "bare-sequential":  # one process, all seeds, torch's default threads
+            cmds = [bare + ["--seeds", str(reruns), "--threads", "0"]]
+        else:  # two processes at once, half the seeds each, one thread each
+            cmds = [bare + ["--seeds", str(n), "--threads", "1"] for n in (reruns - reruns // 2, reruns // 2)]
+        t0 = time.perf_counter()
+        procs = [subprocess.Popen(c, cwd=d, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for c in cmds]
+        errs = [p.communicate()[1] for p in procs]
+        wall = time.perf_counter() - t0
+        if any(p.returncode for p in procs):
+            raise SystemExit(f"{side} failed:\n{errs[0][-3000:]}")
+        return wall
     t0 = time.perf_counter()
     proc = subprocess.run(args, cwd=d, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -50,8 +68,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--no-one-thread", action="store_true",
                     help="do not also time the sequential launcher with threads=1")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="also time the trainings alone (no Hydra, no MLflow): one process with all seeds "
+                         "vs two processes at once with half the seeds each, one thread each")
     a = ap.parse_args(argv)
     sides = ["sequential", "parallel"] + ([] if a.no_one_thread else ["sequential-1t"])
+    sides += ["bare-sequential", "bare-2x1"] if a.ceiling else []
     times: dict[str, list[float]] = {side: [] for side in sides}
     print(f"cores: {os.cpu_count()}; {a.reruns} reruns of the default recipe per sweep")
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,6 +83,11 @@ def main(argv=None) -> int:
                 times[side].append(t)
                 print(f"round {i} {side:10s} {t:6.1f} s   load average {os.getloadavg()[0]:.2f}", flush=True)
     par = statistics.median(times["parallel"])
+    if a.ceiling:  # what two one-thread processes can gain over one process on this machine, at best
+        b1, b2 = (statistics.median(times.pop(x)) for x in ("bare-sequential", "bare-2x1"))
+        sides = [x for x in sides if not x.startswith("bare")]
+        print(f"ceiling, trainings alone: one process {b1:.1f} s vs two processes x 1 thread {b2:.1f} s: "
+              f"{b1 / b2:.2f}x")
     for side in [x for x in sides if x != "parallel"]:
         seq = statistics.median(times[side])
         print(f"{side} (median) {seq:.1f} s vs 2 workers x 1 thread (median) {par:.1f} s: ratio {seq / par:.2f}x")
