@@ -109,3 +109,35 @@ class SeedLauncherBase(Launcher):
             overrides=self._parser.parse_overrides(task), kv_sep=dirname.kv_sep, item_sep=dirname.item_sep,
             exclude_keys=dirname.exclude_keys)
         return cfg
+
+
+# ----------------------------------------------------------------------------------------------
+# Parallel workers (hydra/launcher=local_parallel: Hydra's joblib launcher)
+# ----------------------------------------------------------------------------------------------
+
+_WORKER: tuple[str, SeedLauncherBase] | None = None  # per worker process: (sweep dir, its launcher)
+
+
+def execute_job_in_worker(idx: int, overrides: Sequence[str], hydra_context, config: DictConfig, task_function,
+                          singleton_state) -> JobReturn:
+    """One job in a joblib worker process: ``hydra_joblib_launcher._core.execute_job``, except that the
+    job's configuration comes from a :class:`SeedLauncherBase` the worker keeps for the sweep, so each
+    worker composes one job per recipe and derives the other seeds'."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.singleton import Singleton
+
+    global _WORKER
+    setup_globals()
+    Singleton.set_state(singleton_state)
+    sweep_dir = str(config.hydra.sweep.dir)
+    if _WORKER is None or _WORKER[0] != sweep_dir:
+        launcher = SeedLauncherBase()
+        launcher.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        _WORKER = (sweep_dir, launcher)
+    sweep_config = _WORKER[1].job_config(list(overrides))
+    with open_dict(sweep_config):
+        sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{idx}"
+        sweep_config.hydra.job.num = idx
+    HydraConfig.instance().set_config(sweep_config)
+    return run_job(hydra_context=hydra_context, config=sweep_config, task_function=task_function,
+                   job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")

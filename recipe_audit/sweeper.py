@@ -358,3 +358,11 @@ def register_plugin() -> None:
 
     for plugin in (CurtailingSweeper, SeedSweeper, SeedLauncher):
         Plugins.instance().register(plugin)
+    # the launchers built on optional Hydra plugins: the joblib workers (the 'parallel' extra) and
+    # the submitit launchers that survive a dead rerun (the 'cluster' extra)
+    from hydra_plugins.recipe_audit_sweeper import parallel, tolerant_submitit
+
+    for module, name in ((parallel, "SeedJoblibLauncher"), (tolerant_submitit, "TolerantLocalLauncher"),
+                         (tolerant_submitit, "TolerantSlurmLauncher")):
+        if getattr(module, name, None) is not None:
+            Plugins.instance().register(getattr(module, name))

@@ -88,3 +88,38 @@ def test_anything_but_a_plain_integer_seed_is_composed_by_hydra(hydra_loader, jo
     except Exception:  # Hydra's own error for a bad seed, as with its basic launcher
         pass
     assert counting.composed == [["seed=0"], job]
+
+
+def test_the_projects_plugins_are_registered_without_a_plugin_scan(tmp_path):
+    """An editable install hides hydra_plugins/ from Hydra's scan: the app registers its sweepers and
+    launchers itself, so every preset in conf/hydra/ resolves from any directory. Checked in a
+    process started outside the checkout (where the scan sees only installed plugins)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = """if True:
+        import json
+        from hydra.core.plugins import Plugins
+        from hydra.plugins.launcher import Launcher
+        from hydra.plugins.sweeper import Sweeper
+        from recipe_audit.config import register_configs
+        register_configs()
+        print(json.dumps(sorted(c.__name__ for c in Plugins.instance().discover(Launcher))
+                         + sorted(c.__name__ for c in Plugins.instance().discover(Sweeper))))
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    names = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert {"SeedSweeper", "CurtailingSweeper", "SeedLauncher"} <= names
+    for optional, wanted in (("hydra_plugins.hydra_joblib_launcher", {"SeedJoblibLauncher"}),
+                             ("hydra_plugins.hydra_submitit_launcher",
+                              {"TolerantLocalLauncher", "TolerantSlurmLauncher"})):
+        try:
+            __import__(optional)
+        except ImportError:
+            continue
+        assert wanted <= names, wanted - names
