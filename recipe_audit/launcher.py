@@ -18,10 +18,10 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, open_dict
@@ -29,6 +29,24 @@ from omegaconf import DictConfig, open_dict
 log = logging.getLogger(__name__)
 
 SEED = "seed"
+
+
+@cache
+def _parser() -> OverridesParser:
+    return OverridesParser.create()
+
+
+def plain_int_seed(line: str) -> int | None:
+    """The integer of a plain ``seed=N`` override; None for anything else (``+seed=``, a sweep, a
+    value that is not an integer, a line Hydra cannot parse: Hydra reports it when it composes)."""
+    if line.split("=", 1)[0] != SEED:
+        return None
+    try:
+        parsed = _parser().parse_override(line)
+    except Exception:
+        return None
+    value = None if parsed.is_sweep_override() else parsed.value()
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class SeedLauncherBase(Launcher):
@@ -39,7 +57,6 @@ class SeedLauncherBase(Launcher):
         self.config: DictConfig | None = None
         self.task_function = None
         self.hydra_context = None
-        self._parser = OverridesParser.create()
         self._composed: dict[tuple[str, ...], tuple[DictConfig, list[str]]] = {}
 
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
@@ -56,15 +73,18 @@ class SeedLauncherBase(Launcher):
         runs: list[JobReturn] = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
-            sweep_config = self.job_config(list(overrides))
-            with open_dict(sweep_config):
-                sweep_config.hydra.job.id = idx
-                sweep_config.hydra.job.num = idx
-            runs.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
-                                config=sweep_config, job_dir_key="hydra.sweep.dir",
-                                job_subdir_key="hydra.sweep.subdir"))
+            runs.append(self.run(idx, overrides, job_id=idx))
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return runs
+
+    def run(self, idx: int, overrides: Sequence[str], job_id) -> JobReturn:
+        """Run job ``idx`` with Hydra's ``run_job`` (which also sets ``HydraConfig``)."""
+        sweep_config = self.job_config(list(overrides))
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = job_id
+            sweep_config.hydra.job.num = idx
+        return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
+                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
 
     def job_config(self, overrides: list[str]) -> DictConfig:
         """The job's composed configuration, as ``config_loader.load_sweep_config`` returns it."""
@@ -77,20 +97,11 @@ class SeedLauncherBase(Launcher):
             self._composed[key] = (copy.deepcopy(cfg), overrides)
         return cfg
 
-    def _seed_position(self, overrides: list[str]) -> int | None:
-        """Where the job's plain ``seed=<integer>`` override is (None: not such a job)."""
+    @staticmethod
+    def _seed_position(overrides: list[str]) -> int | None:
+        """Where the job's one plain ``seed=<integer>`` override is (None: not such a job)."""
         at = [i for i, o in enumerate(overrides) if o.split("=", 1)[0] == SEED]
-        if len(at) != 1:
-            return None
-        parsed = self._parse(overrides[at[0]])
-        value = None if parsed is None or parsed.is_sweep_override() else parsed.value()
-        return at[0] if isinstance(value, int) and not isinstance(value, bool) else None
-
-    def _parse(self, line: str) -> Override | None:
-        try:
-            return self._parser.parse_override(line)
-        except Exception:  # Hydra reports it when it composes the job
-            return None
+        return at[0] if len(at) == 1 and plain_int_seed(overrides[at[0]]) is not None else None
 
     def _derive(self, template: DictConfig, template_overrides: list[str], overrides: list[str],
                 at: int) -> DictConfig:
@@ -102,11 +113,11 @@ class SeedLauncherBase(Launcher):
         old, new = template_overrides[at], overrides[at]
         task = list(cfg.hydra.overrides.task)
         task[task.index(old)] = new
-        cfg[SEED] = self._parse(new).value()
+        cfg[SEED] = plain_int_seed(new)
         cfg.hydra.overrides.task = task
         dirname = cfg.hydra.job.config.override_dirname
         cfg.hydra.job.override_dirname = get_overrides_dirname(
-            overrides=self._parser.parse_overrides(task), kv_sep=dirname.kv_sep, item_sep=dirname.item_sep,
+            overrides=_parser().parse_overrides(task), kv_sep=dirname.kv_sep, item_sep=dirname.item_sep,
             exclude_keys=dirname.exclude_keys)
         return cfg
 
@@ -123,7 +134,6 @@ def execute_job_in_worker(idx: int, overrides: Sequence[str], hydra_context, con
     """One job in a joblib worker process: ``hydra_joblib_launcher._core.execute_job``, except that the
     job's configuration comes from a :class:`SeedLauncherBase` the worker keeps for the sweep, so each
     worker composes one job per recipe and derives the other seeds'."""
-    from hydra.core.hydra_config import HydraConfig
     from hydra.core.singleton import Singleton
 
     global _WORKER
@@ -134,10 +144,4 @@ def execute_job_in_worker(idx: int, overrides: Sequence[str], hydra_context, con
         launcher = SeedLauncherBase()
         launcher.setup(hydra_context=hydra_context, task_function=task_function, config=config)
         _WORKER = (sweep_dir, launcher)
-    sweep_config = _WORKER[1].job_config(list(overrides))
-    with open_dict(sweep_config):
-        sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{idx}"
-        sweep_config.hydra.job.num = idx
-    HydraConfig.instance().set_config(sweep_config)
-    return run_job(hydra_context=hydra_context, config=sweep_config, task_function=task_function,
-                   job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    return _WORKER[1].run(idx, overrides, job_id=f"{config.hydra.job.name}_{idx}")  # Hydra's joblib job id

@@ -44,6 +44,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
 from . import keys
+from .launcher import plain_int_seed
 
 log = logging.getLogger("recipe_audit")
 
@@ -69,21 +70,13 @@ def validate_recipes(sweeper: Sweeper, batch: Sequence[Sequence[str]]) -> None:
     to_compose: list[list[str]] = []
     for job in batch:
         rest = tuple(o for o in job if _seed_key(o) != "seed")
-        seeds = [o.split("=", 1)[1] for o in job if _seed_key(o) == "seed"]
+        seeds = [o for o in job if _seed_key(o) == "seed"]
         if rest not in first:
             first[rest] = list(job)
             to_compose.append(list(job))
-        elif not all(_is_int(v) for v in seeds):
+        elif len(seeds) != 1 or plain_int_seed(seeds[0]) is None:
             to_compose.append(list(job))
     Sweeper.validate_batch_is_legal(sweeper, to_compose)
-
-
-def _is_int(text: str) -> bool:
-    try:
-        int(text.strip())
-    except ValueError:
-        return False
-    return True
 
 
 @dataclass
