@@ -64,8 +64,8 @@ def validate_recipes(sweeper: Sweeper, batch: Sequence[Sequence[str]]) -> None:
     a launcher may compose on another host), and the launcher composes it again. Jobs that differ
     only in ``seed`` compose identically up to that integer, so composing the first of each
     recipe catches every composition error but a bad seed, which is checked here directly (a
-    seed that is not an integer composes its job, so Hydra reports it as usual). Halves Hydra's
-    per-job cost on a seed sweep (measured: bench/bench_sweep.py)."""
+    seed that is not an integer composes its job, so Hydra reports it as usual). Saves one of
+    Hydra's two compositions of each job (a composition: ``bench/bench_compose.py``)."""
     first: dict[tuple[str, ...], list[str]] = {}
     to_compose: list[list[str]] = []
     for job in batch:

@@ -3,7 +3,7 @@
 Hydra's joblib launcher (same parameters: ``n_jobs``, ``backend``, ``prefer``, ...; same loky
 worker processes), except that each worker composes one job per recipe and derives the other
 seeds' configurations from it (:func:`recipe_audit.launcher.execute_job_in_worker`) instead of
-composing every job from the config files again: about 75 ms a job here. Hydra's launcher names
+composing every job from the config files again (``bench/bench_compose.py``). Hydra's launcher names
 its job function inside ``launch``, so this submits the jobs the way it does, with that function.
 """
 
