@@ -3,6 +3,7 @@
     python bench/bench_parallel.py                   # 16 reruns of the default recipe, 2 rounds
     python bench/bench_parallel.py --reruns 8 --rounds 3
     python bench/bench_parallel.py --reruns 59 --rounds 1 --ceiling   # and the machine's ceiling
+    python bench/bench_parallel.py --reruns 8 --rounds 2 --ray        # and hydra/launcher=ray_local
 
 Both sides run the same command, ``python -m recipe_audit -m 'seed=range(N)'`` with the default
 recipe, model and task, each into its own fresh SQLite store, card included: end-to-end wall time
@@ -38,6 +39,8 @@ def one(side: str, reruns: int, tmp: Path, i: int) -> float:
         args += ["hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2", "threads=1"]
     elif side == "sequential-1t":  # the sequential launcher with one torch thread, for reference
         args += ["threads=1"]
+    elif side == "ray":  # hydra/launcher=ray_local: a local Ray instance, one CPU per rerun
+        args += ["hydra/launcher=ray_local", "threads=1"]
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{d / 'mlflow.db'}",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     if side.startswith("bare"):  # the ceiling: the trainings alone (bench_sweep.py's bare loop)
@@ -71,9 +74,12 @@ def main(argv=None) -> int:
     ap.add_argument("--ceiling", action="store_true",
                     help="also time the trainings alone (no Hydra, no MLflow): one process with all seeds "
                          "vs two processes at once with half the seeds each, one thread each")
+    ap.add_argument("--ray", action="store_true",
+                    help="also time hydra/launcher=ray_local threads=1 (pip install 'recipe_audit[ray]')")
     a = ap.parse_args(argv)
     sides = ["sequential", "parallel"] + ([] if a.no_one_thread else ["sequential-1t"])
     sides += ["bare-sequential", "bare-2x1"] if a.ceiling else []
+    sides += ["ray"] if a.ray else []
     times: dict[str, list[float]] = {side: [] for side in sides}
     print(f"cores: {os.cpu_count()}; {a.reruns} reruns of the default recipe per sweep")
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,6 +94,10 @@ def main(argv=None) -> int:
         sides = [x for x in sides if not x.startswith("bare")]
         print(f"ceiling, trainings alone: one process {b1:.1f} s vs two processes x 1 thread {b2:.1f} s: "
               f"{b1 / b2:.2f}x")
+    if a.ray:  # reported, not judged: the target is about the local workers
+        ray = statistics.median(times.pop("ray"))
+        sides = [x for x in sides if x != "ray"]
+        print(f"ray_local (median) {ray:.1f} s; sequential (median) {statistics.median(times['sequential']):.1f} s")
     for side in [x for x in sides if x != "parallel"]:
         seq = statistics.median(times[side])
         print(f"{side} (median) {seq:.1f} s vs 2 workers x 1 thread (median) {par:.1f} s: ratio {seq / par:.2f}x")
