@@ -15,6 +15,14 @@ users and permissions), writes the auth app's config (``DIR/basic_auth.ini``,
 ``--artifacts-destination DIR/artifacts`` (clients upload and download artifacts through the
 server: nothing else is shared). A second ``start`` on the same DIR reuses the cluster and the
 data. State (pids, ports, paths) is in ``DIR/server.json``; ``stop`` stops both servers.
+
+No secret goes on a command line (``ps -eo args`` shows every local user every process's argv) or
+into a log. PostgreSQL listens on 127.0.0.1 and asks the ``mlflow`` role for its password
+(scram-sha-256); that password lives only in ``DIR/pgpass``, PostgreSQL's own password file (mode
+600), which the server finds through ``PGPASSFILE``: the backend store URI and the auth app's
+``database_uri`` carry no password. The admin password reaches the server in its environment
+(``MLFLOW_AUTH_ADMIN_PASSWORD``), which only its user can read. Every file that holds a secret
+(``pgpass``, ``admin_password``, ``basic_auth.ini``, ``server.json``) is created mode 600.
 Needs PostgreSQL's server binaries (Debian: ``apt-get install postgresql``) and
 ``pip install 'recipe_audit[server]'`` (psycopg2).
 """
@@ -34,6 +42,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from recipe_audit.uris import mask_credentials
 
 PG_USER = "mlflow"
 
@@ -55,6 +65,41 @@ def _as_pg(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable by its owner only (mode 600) before a byte is written."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_TRUNC
+        f.write(text)
+
+
+def _pgpass_escape(field: str) -> str:
+    return field.replace("\\", "\\\\").replace(":", "\\:")
+
+
+def _pgpass_password(path: Path) -> str | None:
+    """The password of the line ``_write_pgpass`` wrote to ``path`` (None when there is no file)."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    if not lines:
+        return None
+    fields, cur, esc = [], "", False
+    for ch in lines[0]:
+        if esc:
+            cur, esc = cur + ch, False
+        elif ch == "\\":
+            esc = True
+        elif ch == ":":
+            fields, cur = [*fields, cur], ""
+        else:
+            cur += ch
+    return cur if len(fields) == 4 and cur else None
+
+
+def _write_pgpass(path: Path, port: int, password: str) -> None:
+    """PostgreSQL's password file (libpq reads it through PGPASSFILE and ignores it unless mode 600)."""
+    _write_private(path, f"127.0.0.1:{port}:*:{_pgpass_escape(PG_USER)}:{_pgpass_escape(password)}\n")
+
+
 def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
     t0 = time.time()
     while time.time() - t0 < timeout_s:
@@ -67,7 +112,7 @@ def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen | None = None)
         except OSError:
             pass
         time.sleep(0.5)
-    raise SystemExit(f"tracking_server: {url} did not answer within {timeout_s:.0f} s.")
+    raise SystemExit(f"tracking_server: {mask_credentials(url)} did not answer within {timeout_s:.0f} s.")
 
 
 def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: int = 2) -> dict:
@@ -78,9 +123,11 @@ def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: in
     pw_file = d / "admin_password"
     admin_pw = os.environ.get("MLFLOW_AUTH_ADMIN_PASSWORD") or (
         pw_file.read_text().strip() if pw_file.exists() else secrets.token_urlsafe(18))
-    pw_file.write_text(admin_pw)
-    pw_file.chmod(0o600)
-    db_pw = state.get("db_password") or secrets.token_urlsafe(18)
+    _write_private(pw_file, admin_pw)
+    pgpass = d / "pgpass"
+    # a DIR started by an older version of this script kept the password in server.json
+    db_pw = _pgpass_password(pgpass) or state.get("db_password") or secrets.token_urlsafe(18)
+    _write_pgpass(pgpass, pg_port, db_pw)
     pgbin = _pg_bin()
     # the cluster lives where the postgres user can reach it (a pytest tmp dir is root-only)
     pg_dir = Path(state.get("pg_dir") or tempfile.mkdtemp(prefix="recipe_audit_pg_"))
@@ -89,7 +136,7 @@ def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: in
         shutil.chown(pg_dir, "postgres", "postgres")
     if not (data / "PG_VERSION").exists():
         pwfile = pg_dir / "pw"
-        pwfile.write_text(db_pw)
+        _write_private(pwfile, db_pw)
         if os.geteuid() == 0:
             shutil.chown(pwfile, "postgres", "postgres")
         _as_pg([str(pgbin / "initdb"), "-D", str(data), "-U", PG_USER, f"--pwfile={pwfile}",
@@ -100,7 +147,9 @@ def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: in
             "-o", f"-c listen_addresses=127.0.0.1 -p {pg_port} -k {sock}", "start"])
     import psycopg2  # pip install 'recipe_audit[server]'
 
-    conn = psycopg2.connect(host="127.0.0.1", port=pg_port, user=PG_USER, password=db_pw, dbname="postgres")
+    # through the password file, as the server will: a file libpq ignores fails here, not in the server
+    os.environ.pop("PGPASSWORD", None)  # it would win over the password file, here and in the server
+    conn = psycopg2.connect(host="127.0.0.1", port=pg_port, user=PG_USER, passfile=str(pgpass), dbname="postgres")
     conn.autocommit = True
     with conn.cursor() as cur:
         for db in ("mlflow", "mlflow_auth"):
@@ -108,16 +157,18 @@ def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: in
             if cur.fetchone() is None:
                 cur.execute(f"CREATE DATABASE {db}")
     conn.close()
-    backend = f"postgresql+psycopg2://{PG_USER}:{db_pw}@127.0.0.1:{pg_port}/mlflow"
-    (d / "basic_auth.ini").write_text(
-        "[mlflow]\ndefault_permission = READ\n"
-        f"database_uri = postgresql+psycopg2://{PG_USER}:{db_pw}@127.0.0.1:{pg_port}/mlflow_auth\n"
-        "admin_username = admin\nauthorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
-    (d / "basic_auth.ini").chmod(0o600)
+    # no password in either URI: libpq takes it from PGPASSFILE
+    backend = f"postgresql+psycopg2://{PG_USER}@127.0.0.1:{pg_port}/mlflow"
+    _write_private(d / "basic_auth.ini",
+                   "[mlflow]\ndefault_permission = READ\n"
+                   f"database_uri = postgresql+psycopg2://{PG_USER}@127.0.0.1:{pg_port}/mlflow_auth\n"
+                   "admin_username = admin\n"
+                   "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
     (d / "artifacts").mkdir(exist_ok=True)
     secret = state.get("flask_secret") or secrets.token_urlsafe(32)  # CSRF key of the auth app's forms
     env = {**os.environ, "MLFLOW_AUTH_CONFIG_PATH": str(d / "basic_auth.ini"), "MLFLOW_AUTH_ADMIN_PASSWORD": admin_pw,
-           "MLFLOW_FLASK_SERVER_SECRET_KEY": os.environ.get("MLFLOW_FLASK_SERVER_SECRET_KEY", secret)}
+           "MLFLOW_FLASK_SERVER_SECRET_KEY": os.environ.get("MLFLOW_FLASK_SERVER_SECRET_KEY", secret),
+           "PGPASSFILE": str(pgpass)}
     env.pop("MLFLOW_TRACKING_URI", None)
     log = open(d / "mlflow_server.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
@@ -126,9 +177,8 @@ def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: in
                              "--workers", str(workers)],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=d)
     state = {"pid": proc.pid, "port": port, "pg_port": pg_port, "pg_dir": str(pg_dir), "pg_bin": str(pgbin),
-             "db_password": db_pw, "flask_secret": secret, "uri": f"http://{host}:{port}"}
-    state_file.write_text(json.dumps(state))
-    state_file.chmod(0o600)
+             "flask_secret": secret, "uri": f"http://{host}:{port}"}
+    _write_private(state_file, json.dumps(state))
     try:
         _wait_http(f"http://{host}:{port}/health", 120, proc)
     except SystemExit:
@@ -156,7 +206,7 @@ def stop(d: Path) -> None:
     if (data / "postmaster.pid").exists():
         _as_pg([str(Path(state["pg_bin"]) / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"])
     state["pid"] = None
-    state_file.write_text(json.dumps(state))
+    _write_private(state_file, json.dumps(state))
 
 
 def main(argv=None) -> int:
@@ -170,7 +220,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.action == "start":
         state = start(a.dir, a.port, a.pg_port, a.host, a.workers)
-        print(state["uri"])
+        print(mask_credentials(state["uri"]))
     else:
         stop(a.dir)
     return 0

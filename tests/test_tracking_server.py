@@ -3,22 +3,31 @@ from parallel workers, concurrent writers."""
 
 from __future__ import annotations
 
+import base64
+import configparser
 import importlib
+import importlib.util
 import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 from glob import glob
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from conftest import REPO, SMALL, run_app
 from test_launchers import ENV
 
 SCRIPT = REPO / "launchers" / "tracking_server.py"
+
+ADMIN_PW = "s3cret-Admin-pw"  # what the fixture gives the server in MLFLOW_AUTH_ADMIN_PASSWORD
+SECRET_FILES = ("pgpass", "admin_password", "basic_auth.ini", "server.json")
 
 
 def _free_port() -> int:
@@ -35,7 +44,7 @@ def server(tmp_path, monkeypatch):
     if os.geteuid() == 0 and not shutil.which("runuser"):
         pytest.skip("runuser is needed to run PostgreSQL as root")
     d = tmp_path / "server"
-    env = {**os.environ, "MLFLOW_AUTH_ADMIN_PASSWORD": "s3cret-Admin-pw"}
+    env = {**os.environ, "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PW}
     env.pop("MLFLOW_TRACKING_URI", None)
     port, pg_port = _free_port(), _free_port()
 
@@ -53,6 +62,104 @@ def server(tmp_path, monkeypatch):
         subprocess.run([sys.executable, str(SCRIPT), "stop", "--dir", str(d)], timeout=120)
         state = json.loads((d / "server.json").read_text())
         shutil.rmtree(state["pg_dir"], ignore_errors=True)
+
+
+def _argvs() -> dict[int, str]:
+    """Every process's full argv (/proc/PID/cmdline, what ``ps -eo args`` shows), by pid."""
+    out = {}
+    for path in glob("/proc/[0-9]*/cmdline"):
+        try:
+            out[int(path.split("/")[2])] = Path(path).read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # the process ended meanwhile
+            pass
+    return out
+
+
+def test_no_secret_in_argv_logs_or_readable_files(server, monkeypatch):
+    """While the server runs, neither PostgreSQL's password nor the admin password (nor the auth
+    app's secret key) is in any process's argv or in a log; the files that hold them are mode 600;
+    PostgreSQL listens on loopback only and refuses the mlflow role without its password."""
+    import psycopg2
+
+    uri, d, _ = server
+    state = json.loads((d / "server.json").read_text())
+    pgpass = (d / "pgpass").read_text().strip()
+    prefix = f"127.0.0.1:{state['pg_port']}:*:mlflow:"
+    assert pgpass.startswith(prefix), pgpass[:40]
+    db_pw = pgpass[len(prefix):]
+    assert len(db_pw) >= 16
+    secrets = {"PostgreSQL password": db_pw, "admin password": ADMIN_PW, "flask secret": state["flask_secret"]}
+
+    # the server works through these secrets: it reaches both databases, it checks the admin's password
+    auth = base64.b64encode(f"admin:{ADMIN_PW}".encode()).decode()
+    req = urllib.request.Request(uri + "/api/2.0/mlflow/experiments/search?max_results=5",
+                                 headers={"Authorization": f"Basic {auth}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 200 and "experiments" in json.loads(r.read())
+
+    argvs = _argvs()
+    # the scan saw the servers (a scan that saw nothing would find no secret either)
+    assert any("mlflow server" in a and "--backend-store-uri postgresql" in a for a in argvs.values()), \
+        "no mlflow server process"
+    assert any("uvicorn" in a and f"--port {state['port']}" in a for a in argvs.values()), "no uvicorn process"
+    assert any("postgres" in a and f"-p {state['pg_port']}" in a for a in argvs.values()), "no postgres process"
+    # a leak is reported by name and place, the secret itself blanked out
+    leaks = [(name, pid, a.replace(s, f"<{name}>")[:300]) for pid, a in argvs.items()
+             for name, s in secrets.items() if s in a]
+    assert leaks == []
+    ps = shutil.which("ps") and subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    if ps:
+        assert "mlflow server" in ps and not [n for n, s in secrets.items() if s in ps]
+
+    logs = [*d.rglob("*.log"), Path(state["pg_dir"]) / "postgres.log"]
+    assert (d / "mlflow_server.log") in logs and "Uvicorn running" in (d / "mlflow_server.log").read_text()
+    for log in logs:
+        text = log.read_text(errors="replace")
+        assert [n for n, s in secrets.items() if s in text] == [], log
+
+    for name in SECRET_FILES:
+        assert stat.S_IMODE((d / name).stat().st_mode) == 0o600, name
+    # the PostgreSQL password is in the password file and nowhere else under DIR
+    assert {p.name for p in d.rglob("*") if p.is_file() and db_pw in p.read_text(errors="replace")} == {"pgpass"}
+    cfg = configparser.ConfigParser()
+    cfg.read(d / "basic_auth.ini")
+    db_uri = urlsplit(cfg["mlflow"]["database_uri"])
+    assert db_uri.username == "mlflow" and db_uri.password is None and db_uri.hostname == "127.0.0.1"
+    assert (d / "admin_password").read_text() == ADMIN_PW
+
+    # PostgreSQL: loopback only; no pg_hba rule trusts anyone; the mlflow role needs its password
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    conn = psycopg2.connect(host="127.0.0.1", port=state["pg_port"], user="mlflow", dbname="postgres",
+                            passfile=str(d / "pgpass"))
+    with conn.cursor() as cur:
+        cur.execute("SHOW listen_addresses")
+        assert cur.fetchone()[0] == "127.0.0.1"
+        cur.execute("SELECT DISTINCT auth_method FROM pg_hba_file_rules")
+        methods = {m for (m,) in cur.fetchall()}
+    conn.close()
+    assert "trust" not in methods and "scram-sha-256" in methods
+    for kw in ({"passfile": os.devnull}, {"password": "not-the-password"}):
+        with pytest.raises(psycopg2.OperationalError):
+            psycopg2.connect(host="127.0.0.1", port=state["pg_port"], user="mlflow", dbname="postgres",
+                             connect_timeout=10, **kw).close()
+
+
+def test_private_files_and_pgpass_roundtrip(tmp_path):
+    """The helpers behind DIR's secret files: mode 600 even over a file that was world-readable,
+    and a password with pgpass's special characters reads back as written."""
+    spec = importlib.util.spec_from_file_location("tracking_server", SCRIPT)
+    ts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ts)
+    f = tmp_path / "pgpass"
+    f.write_text("old")
+    f.chmod(0o644)
+    ts._write_pgpass(f, 5433, "a:b\\c@d")
+    assert stat.S_IMODE(f.stat().st_mode) == 0o600
+    assert f.read_text() == "127.0.0.1:5433:*:mlflow:a\\:b\\\\c@d\n"
+    assert ts._pgpass_password(f) == "a:b\\c@d"
+    assert ts._pgpass_password(tmp_path / "absent") is None
+    f.write_text("")
+    assert ts._pgpass_password(f) is None
 
 
 @pytest.mark.slow
