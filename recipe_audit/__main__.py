@@ -52,8 +52,8 @@ def run_job(cfg: DictConfig) -> dict[str, float] | None:
 
     try:
         return _run_job(cfg)
-    except (_Stop, DistributedError) as exc:
-        _fail(str(exc))
+    except DistributedError as exc:
+        _fail(str(exc), exc)
 
 
 def _run_job(cfg: DictConfig) -> dict[str, float] | None:
@@ -63,8 +63,8 @@ def _run_job(cfg: DictConfig) -> dict[str, float] | None:
         from .acceptance.experiment import run_cell_job
 
         if distributed.world_size() > 1:
-            raise _Stop("experiment=acceptance trains in one process; run it with python -m recipe_audit, "
-                        "not under a multi-process accelerate launch.")
+            _fail("experiment=acceptance trains in one process; run it with python -m recipe_audit, "
+                  "not under a multi-process accelerate launch.")
         return run_cell_job(cfg)
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -78,7 +78,6 @@ def _run_job(cfg: DictConfig) -> dict[str, float] | None:
     if _FREEZES_LEFT > 2:  # the first job
         _freeze_setup()
     run_cfg: RunConfig = OmegaConf.to_object(cfg)
-    config_dict = OmegaConf.to_container(cfg, resolve=True)
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
 
@@ -99,24 +98,12 @@ def _run_job(cfg: DictConfig) -> dict[str, float] | None:
         extra_audits = prepare_extra_audits(run_cfg.audit.extra_tasks, run_cfg.audit.extra_task_options,
                                             prepared, run_cfg.model)  # task shift (SPEC 1.7)
     except (ConfigurationError, TaskError, ModelError, RecipeError) as exc:
-        _fail(str(exc))
+        _fail(str(exc), exc)
 
-    # Only the main process touches the store (accelerate launch --num_processes N: every
-    # process trains this rerun, data-parallel); what it decides, every process does.
-    logger = None
-    if distributed.is_main_process():
-        try:
-            outcome, logger = _open_rerun(run_cfg, cfg, config_dict, hc, multirun,
-                                          [*audit_sets, *(x.name for x in extra_audits)])
-        except _Stop as exc:
-            outcome = ("stop", str(exc))
-    else:
-        outcome = None
-    kind, payload = distributed.broadcast_from_main(outcome)
-    if kind == "stop":
-        _fail(payload)
-    if kind == "skip":
-        return payload
+    # The rerun's MLflow run was opened by the recipe_audit callback (recipe_audit.app.callback),
+    # on the main process only under a multi-process accelerate launch; every process trains.
+    distributed.world_size()  # refuses processes accelerate launched but did not connect
+    logger = _attach_rerun([*audit_sets, *(x.name for x in extra_audits)], cfg)
     _freeze_setup()
     try:
         result = train_rerun(
@@ -129,77 +116,46 @@ def _run_job(cfg: DictConfig) -> dict[str, float] | None:
             logger.log_result(result)
             if run_cfg.tracking.log_model:
                 logger.log_model(result.model, result.tokenizer, labels=prepared.task.labels)
-    except (ModelError, RecipeError) as exc:
+    except (ModelError, RecipeError) as exc:  # the same for every seed: stop the sweep
+        _fail(str(exc), exc)
+    except Exception as exc:  # a crashing rerun is data: the callback records it FAILED, the sweep goes on
         if logger is not None:
-            logger.fail(exc)
-        _fail(str(exc))
-    except Exception as exc:  # a crashing rerun is data (SPEC 1.2): record it, go on
-        msg = f"seed {run_cfg.seed} FAILED ({type(exc).__name__}: {exc})"
-        if logger is not None:
-            _stop_if_store_gone(logger.store, run_cfg.seed)
-            logger.fail(exc)
-            msg += f"; recorded in run {logger.run_id}"
+            _stop_if_store_gone(logger.store, run_cfg.seed, exc)
+            try:
+                logger.flush()
+            except Exception:  # noqa: BLE001 - the error that matters is the rerun's
+                pass
         if not multirun:
-            _fail(msg)
-        log.error(msg)
-        return None
-    accs = {name: s.accuracy for name, s in result.audits.items()}
-    if logger is None:
-        return accs
-    try:
-        logger.finish()
-    except Exception:
-        _stop_if_store_gone(logger.store, run_cfg.seed)
+            _fail(f"seed {run_cfg.seed} FAILED ({type(exc).__name__}: {exc})", exc)
         raise
-    primary = run_cfg.audit.primary
-    shown = f"{primary}={accs[primary]:.3f}" if primary in accs else ""
-    log.info("seed %d %s recipe=%s %s (%.1fs) run %s", run_cfg.seed, run_cfg.model.name,
-             run_cfg.recipe.name, shown, result.train_seconds, logger.run_id)
-    return accs
-
-
-class _Stop(Exception):
-    """The job cannot go on (one sentence); raised on the main process, broadcast, then every
-    process exits with it."""
-
-
-def _open_rerun(run_cfg, cfg, config_dict, hc, multirun, audit_names):
-    """On the main process: open the store, take the resume decision, open the rerun's run.
-    Returns (("train", None), logger) or (("skip", metrics), None)."""
-    import mlflow
-
-    from . import keys, tracking
-
-    try:
-        store = tracking.open_store(run_cfg.tracking.uri, run_cfg.tracking.experiment_name)
-    except tracking.TrackingError as exc:
-        raise _Stop(str(exc)) from None
-    mlflow.set_tracking_uri(store.uri)
-    sweep = tracking.current_sweep(_sweep_dir(hc)) if multirun else None
-    recipe_id = tracking.recipe_identity(config_dict)
-    if run_cfg.tracking.resume:  # a seed already finished is not trained (nor counted) twice
+    if logger is not None:
         try:
-            done = tracking.finished_rerun(store, recipe_id, run_cfg.seed,
-                                           keys.accuracy_key(run_cfg.audit.primary), sweep)
-        except Exception:
-            _stop_if_store_gone(store, run_cfg.seed)
+            logger.flush()
+        except Exception as exc:
+            _stop_if_store_gone(logger.store, run_cfg.seed, exc)
             raise
-        if done is not None:
-            log.info("seed %d recipe=%s: finished rerun %s exists, skipped (resume)", run_cfg.seed,
-                     run_cfg.recipe.name, done.info.run_id)
-            return ("skip", {k.split("/", 1)[1]: v for k, v in done.data.metrics.items()
-                             if k.startswith("accuracy/")}), None
+    return {name: s.accuracy for name, s in result.audits.items()}
+
+
+def _attach_rerun(audit_names, cfg):
+    """A writer for the rerun's run the callback opened for this job (None on other processes)."""
+    from . import keys, tracking
+    from .app.callback import current_rerun
+
+    rerun = current_rerun()
+    if rerun is None:
+        return None
     try:
-        logger = tracking.RerunLogger(store, config_dict, run_cfg.seed, recipe_id=recipe_id, sweep=sweep,
-                                      audit_sets=audit_names)
+        store = tracking.open_store(rerun.tracking_uri, rerun.experiment_name)
+        logger = tracking.RerunLogger.attach(store, rerun.run_id, rerun.artifact_uri)
+        store.client.set_tag(rerun.run_id, keys.TAG_AUDIT_SETS, ",".join(audit_names))
         logger.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-    except Exception:
-        _stop_if_store_gone(store, run_cfg.seed)
-        raise
-    return ("train", None), logger
+    except tracking.TrackingError as exc:
+        _fail(str(exc), exc)
+    return logger
 
 
-def _stop_if_store_gone(store, seed: int) -> None:
+def _stop_if_store_gone(store, seed: int, exc: BaseException) -> None:
     """A tracking server that went away mid-sweep stops the sweep with one sentence (rather than
     recording reruns nowhere): every rerun that finished before is in the store, and relaunching
     with ``tracking.resume=true`` trains only the others."""
@@ -207,23 +163,29 @@ def _stop_if_store_gone(store, seed: int) -> None:
 
     try:
         tracking.check_reachable(store.uri)
-    except tracking.TrackingError as exc:
-        raise _Stop(f"{exc} Seed {seed} was not recorded and the sweep stops here; the reruns that "
-                    "finished are in the store: relaunch the same command with tracking.resume=true "
-                    "once it is back.") from None
+    except tracking.TrackingError as gone:
+        _fail(f"{gone} Seed {seed} was not recorded and the sweep stops here; the reruns that "
+              "finished are in the store: relaunch the same command with tracking.resume=true "
+              "once it is back.", exc, record=False)
 
 
-def _sweep_dir(hc):
-    from pathlib import Path
+def _fail(message: str, exc: BaseException | None = None, record: bool = True) -> None:
+    """One sentence and exit 2. The rerun's run (if the callback opened one) is closed FAILED
+    first: exiting skips the callback's end of the job."""
+    from .app.callback import current_rerun
 
-    try:
-        return Path(hc.sweep.dir)
-    except Exception:
-        return None
+    rerun = current_rerun()
+    if record and rerun is not None:
+        from . import tracking
 
+        try:
+            store = tracking.open_store(rerun.tracking_uri, rerun.experiment_name)
+            tracking.close_rerun(store, rerun.run_id, error=exc or ConfigurationError(message))
+        except Exception:  # noqa: BLE001 - the sentence below is what the user needs
+            pass
+    from .uris import mask_in_text
 
-def _fail(message: str) -> None:
-    print(f"recipe_audit: error: {message}", file=sys.stderr)
+    print(f"recipe_audit: error: {mask_in_text(message)}", file=sys.stderr)
     sys.exit(2)
 
 

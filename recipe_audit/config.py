@@ -188,6 +188,8 @@ def register_configs() -> None:
     cs.store(group="audit", name="schema_audit", node=AuditConfig)
     cs.store(group="tracking", name="schema_tracking", node=TrackingConfig)
     cs.store(group="defense", name="schema_defense", node=DefenseConfig)
+    from .app.schema import register as register_callback_schema
     from .sweeper import register_plugin
 
+    register_callback_schema()  # hydra/callbacks=recipe_audit (also done by the search-path plugin)
     register_plugin()  # hydra/sweeper=curtail

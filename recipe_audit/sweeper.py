@@ -23,7 +23,7 @@ card states the verdict at the planned N.
 
 Hydra only instantiates sweepers from the ``hydra_plugins`` namespace; the plugin class is
 ``hydra_plugins.recipe_audit_sweeper.curtail.CurtailingSweeper`` (a thin subclass of
-:class:`CurtailingSweeperBase`), selected by ``conf/hydra/sweeper/curtail.yaml``.
+:class:`CurtailingSweeperBase`), selected by ``recipe_audit/app/hydra_conf/hydra/sweeper/curtail.yaml``.
 """
 
 from __future__ import annotations
@@ -186,13 +186,29 @@ class CurtailingSweeperBase(RecipeSweeperBase):
     # -- the audit settings the card will use ------------------------------------------------
 
     def _audit(self) -> dict[str, Any]:
-        audit = OmegaConf.to_container(self.config.audit, resolve=True) if "audit" in self.config else {}
-        taus = [float(t) for t in audit.get("taus", [0.7])]
+        """The card's settings: the recipe_audit callback's options (its first metric), or, with no
+        callback configured, the built-in app's ``audit`` section."""
+        cb = OmegaConf.select(self.config, "hydra.callbacks.recipe_audit")
+        if cb is not None:
+            opts = OmegaConf.to_container(cb, resolve=True)
+            metric = opts.get("metric")
+            metric = metric if isinstance(metric, str) else (list(metric or []) or [None])[0]
+            if not metric:
+                raise HydraException("The curtailing sweeper needs hydra.callbacks.recipe_audit.metric.")
+            audit = {"metric": str(metric), "taus": opts.get("taus", [0.7]), "eps": opts.get("eps", 0.10),
+                     "delta": opts.get("delta", 0.10), "higher_is_better": opts.get("higher_is_better", True)}
+        else:
+            a = OmegaConf.to_container(self.config.audit, resolve=True) if "audit" in self.config else {}
+            audit = {"metric": keys.accuracy_key(str(a.get("primary", keys.DEFAULT_AUDIT))),
+                     "taus": a.get("taus", [0.7]), "eps": a.get("eps", 0.10), "delta": a.get("delta", 0.10),
+                     "higher_is_better": a.get("higher_is_better", True)}
+        taus = [float(t) for t in audit["taus"] or []]
         if not taus:
-            raise HydraException("audit.taus is empty: the curtailing sweeper needs a release bar.")
-        return {"audit_set": str(audit.get("primary", keys.DEFAULT_AUDIT)), "taus": taus,
-                "eps": float(audit.get("eps", 0.10)), "delta": float(audit.get("delta", 0.10)),
-                "higher_is_better": bool(audit.get("higher_is_better", True))}
+            raise HydraException("The card's taus are empty: the curtailing sweeper needs a release bar.")
+        metric = audit["metric"]
+        audit_set = metric.split("/", 1)[1] if metric.startswith("accuracy/") else metric
+        return {"audit_set": audit_set, "metric": metric, "taus": taus, "eps": float(audit["eps"]),
+                "delta": float(audit["delta"]), "higher_is_better": bool(audit["higher_is_better"])}
 
     # -- jobs ---------------------------------------------------------------------------------
 
@@ -215,23 +231,29 @@ class CurtailingSweeperBase(RecipeSweeperBase):
         return list(groups.values())
 
     @staticmethod
-    def failed(ret: JobReturn, audit_set: str, taus: Sequence[float], higher_is_better: bool) -> list[bool]:
-        """Per τ: did this rerun fail? A failed rerun returns None (SPEC 1.2: it counts as a failure
-        at every bar), and so does one without a finite metric on the audit set. A job that raised
-        re-raises here, as with Hydra's basic sweeper."""
-        value = ret.return_value
-        if value is None:
+    def failed(ret: JobReturn, metric: str, taus: Sequence[float], higher_is_better: bool) -> list[bool]:
+        """Per τ: did this rerun fail? What the recipe_audit callback recorded for the job decides
+        (its status and the metric its run holds); without the callback, the job's return value
+        (``{audit set: metric}`` as the built-in trainer returns, or a number). A rerun that did
+        not finish, or has no finite metric, fails at every bar. A job that raised with no
+        callback to record it re-raises here, as with Hydra's basic sweeper."""
+        outcome = getattr(ret, "recipe_audit", None)
+        if outcome is not None:
+            value = outcome["metrics"].get(metric) if outcome.get("status") == "FINISHED" else None
+        else:
+            value = ret.return_value
+            if isinstance(value, dict):
+                key = metric.split("/", 1)[1] if metric.startswith("accuracy/") else metric
+                value = value.get(key, value.get(metric))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return [True] * len(taus)
-        if not isinstance(value, dict):
-            raise HydraException("The curtailing sweeper needs jobs that return {audit set: metric} "
-                                 f"or None, got {type(value).__name__}.")
-        metric = value.get(audit_set)
-        if isinstance(metric, bool) or not isinstance(metric, (int, float)) or not math.isfinite(metric):
-            return [True] * len(taus)
-        return [(metric < t) if higher_is_better else (metric > t) for t in taus]
+        return [(value < t) if higher_is_better else (value > t) for t in taus]
 
     @staticmethod
     def _recipe_id(ret: JobReturn) -> str | None:
+        outcome = getattr(ret, "recipe_audit", None)
+        if outcome is not None and outcome.get("recipe_id"):
+            return outcome["recipe_id"]
         try:
             from .tracking import recipe_identity
 
@@ -275,7 +297,7 @@ class CurtailingSweeperBase(RecipeSweeperBase):
             job_idx += len(batch)
             returns.append(results)
             for ret, g in zip(results, owners, strict=True):
-                for i, f in enumerate(self.failed(ret, audit["audit_set"], taus, audit["higher_is_better"])):
+                for i, f in enumerate(self.failed(ret, audit["metric"], taus, audit["higher_is_better"])):
                     g.failures[i] += int(f)
                 g.launched += 1
                 if g.recipe_id is None:
@@ -304,7 +326,7 @@ class CurtailingSweeperBase(RecipeSweeperBase):
                     f"At τ = {t:g}: {s.reason}" for t, s in zip(audit["taus"], g.state, strict=True)),
             })
         return {"version": RECORD_VERSION, "sweeper": "curtail", "stop_on": self.stop_on,
-                "batch_size": self.batch_size, **audit, "metric": keys.accuracy_key(audit["audit_set"]),
+                "batch_size": self.batch_size, **audit,
                 "n_planned": sum(g.n_planned for g in self.groups),
                 "n_launched": sum(g.launched for g in self.groups),
                 "stopped_early": any(g.launched < g.n_planned for g in self.groups),

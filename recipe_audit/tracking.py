@@ -57,8 +57,12 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
     """Fail fast, with one sentence, when an ``http(s)://`` tracking server does not answer
     (MLflow's own client would retry for minutes) or a SQLite store cannot be written."""
     if uri.startswith(("http://", "https://")):
+        from .uris import mask_in_text, without_credentials
+
+        health = without_credentials(uri).rstrip("/") + "/health"  # urllib takes no user info in a URL
+        uri = mask_in_text(uri)  # named in the sentences below
         try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as resp:
+            with urllib.request.urlopen(health, timeout=timeout_s) as resp:
                 resp.read(64)
         except urllib.error.HTTPError as exc:
             if exc.code >= 500:
@@ -179,6 +183,50 @@ def recipe_identity(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+# raw (unresolved) values that depend on where and when a job runs, not on what it trains
+_RUNTIME_INTERPOLATIONS = ("${hydra:", "${now:", "${oc.env:MLFLOW_")
+
+
+def config_identity(resolved: Mapping[str, Any], exclude: Iterable[str] = (), *,
+                    raw: Mapping[str, Any] | None = None, runtime_paths: Iterable[str] = ()) -> str:
+    """A stable hash of a job's resolved config without the keys that do not make the recipe:
+    the dotted paths in ``exclude`` (the seed, for one), every value whose unresolved form
+    (``raw``) reads Hydra's runtime, the clock or MLflow's run variables, and every string value
+    that lies under one of ``runtime_paths`` (the job's output directory, the sweep directory):
+    a value that differs between two seeds of one recipe only because each job writes elsewhere.
+
+    >>> a = {"seed": 1, "lr": 0.1, "out": "/sweep/0/ckpt"}
+    >>> b = {"seed": 2, "lr": 0.1, "out": "/sweep/1/ckpt"}
+    >>> config_identity(a, ["seed"], runtime_paths=["/sweep"]) == config_identity(b, ["seed"], runtime_paths=["/sweep"])
+    True
+    >>> config_identity(a, ["seed"]) == config_identity({**a, "lr": 0.2}, ["seed"])
+    False
+    """
+    roots = tuple(str(p).rstrip("/") for p in runtime_paths if p)
+    drop = {tuple(k.split(".")) for k in exclude}
+
+    def keep(path: tuple[str, ...], value: Any, raw_value: Any) -> bool:
+        if path in drop:
+            return False
+        if isinstance(raw_value, str) and any(m in raw_value for m in _RUNTIME_INTERPOLATIONS):
+            return False
+        return not (isinstance(value, str) and any(value == r or value.startswith(r + "/") for r in roots))
+
+    def prune(node: Any, raw_node: Any, path: tuple[str, ...]) -> Any:
+        if isinstance(node, Mapping):
+            out = {}
+            for k, v in node.items():
+                rv = raw_node.get(k) if isinstance(raw_node, Mapping) else None
+                if keep(path + (str(k),), v, rv):
+                    out[k] = prune(v, rv, path + (str(k),))
+            return out
+        return node
+
+    payload = prune(resolved, raw if raw is not None else {}, ())
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
 def _one_line(exc: BaseException) -> str:
     lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
     return (lines[0] if lines else type(exc).__name__)[:500]
@@ -285,16 +333,29 @@ class RerunLogger:
             tags[keys.TAG_PARENT] = sweep.parent_run_id
         run = self.client.create_run(store.experiment_id, run_name=f"{config['recipe']['name']}-seed{seed}",
                                      tags=tags)
-        self.run_id = run.info.run_id
-        self._artifact_uri = run.info.artifact_uri
-        self._artifacts = None
+        self._attach(run.info.run_id, run.info.artifact_uri)
         params = [Param(k, v[:6000]) for k, v in sorted(flatten(config).items())]
         for i in range(0, len(params), _MAX_PARAMS_PER_CALL):
             self.client.log_batch(self.run_id, params=params[i:i + _MAX_PARAMS_PER_CALL])
+        self._tag = RunTag
+
+    @classmethod
+    def attach(cls, store: Store, run_id: str, artifact_uri: str) -> RerunLogger:
+        """A logger that writes into a rerun's run someone else opened (the Hydra callback does,
+        for every job) and will close."""
+        self = cls.__new__(cls)
+        self.store = store
+        self.client = store.client
+        self._attach(run_id, artifact_uri)
+        return self
+
+    def _attach(self, run_id: str, artifact_uri: str) -> None:
+        self.run_id = run_id
+        self._artifact_uri = artifact_uri
+        self._artifacts = None
         self._pending: list = []
         self._last_flush = time.monotonic()
         self._started = False  # a training step has been written
-        self._tag = RunTag
 
     def log_step(self, step: int, loss: float, flush_every_s: float = 15.0) -> None:
         """Buffer the training loss; flushed in batches (per-step calls would dominate a
@@ -410,7 +471,7 @@ def _overrides_key(overrides: Iterable[str]) -> str:
 
 
 def reopen_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path,
-                 overrides: list[str]) -> SweepInfo | None:
+                 overrides: list[str], write: bool = True) -> SweepInfo | None:
     """The interrupted sweep to continue (``tracking.resume=true``): the one recorded in
     ``sweep_dir`` (relaunch with the same ``hydra.sweep.dir``), else the most recent sweep of the
     experiment launched with the same overrides. Its parent run is reopened (RUNNING), its planned
@@ -437,9 +498,11 @@ def reopen_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path,
     if old is None:
         return None
     seeds = tuple(sorted(set(old.planned_seeds) | {int(s) for s in planned_seeds}))
+    info = SweepInfo(old.sweep_id, old.parent_run_id, store.uri, store.experiment_name, seeds)
+    if not write:  # another rank under accelerate launch: the same decision, the main process writes
+        return info
     client.update_run(old.parent_run_id, status=RunStatus.to_string(RunStatus.RUNNING))
     client.set_tag(old.parent_run_id, keys.TAG_PLANNED_SEEDS, json.dumps(list(seeds), separators=(",", ":")))
-    info = SweepInfo(old.sweep_id, old.parent_run_id, store.uri, store.experiment_name, seeds)
     os.environ[SWEEP_ENV] = info.to_json()
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / SWEEP_FILE).write_text(info.to_json())
@@ -478,3 +541,92 @@ def close_dead_reruns(info: SweepInfo) -> list[str]:
         client.set_terminated(run.info.run_id, "KILLED")
         closed.append(run.info.run_id)
     return closed
+
+
+def finished_seeds(store: Store, sweep: SweepInfo, metrics: Iterable[str]) -> dict[int, set[str]]:
+    """Seed -> the recipe identities of ``sweep`` with a FINISHED rerun of that seed whose every
+    metric in ``metrics`` is finite: what a resumed sweep need not run again."""
+    metrics = list(metrics)
+    filt = (f"tags.`{keys.TAG_SWEEP_ID}` = '{sweep.sweep_id}' and tags.`{keys.TAG_KIND}` = '{keys.KIND_RERUN}' "
+            "and attributes.status = 'FINISHED'")
+    out: dict[int, set[str]] = {}
+    for run in _search_all(store.client, store.experiment_id, filt):
+        vals = [run.data.metrics.get(m) for m in metrics]
+        if not all(v is not None and math.isfinite(v) for v in vals):
+            continue
+        try:
+            seed = int(run.data.tags.get(keys.TAG_SEED, ""))
+        except ValueError:
+            continue
+        out.setdefault(seed, set()).add(run.data.tags.get(keys.TAG_RECIPE_ID, ""))
+    return out
+
+
+def failed_reruns(info: SweepInfo) -> list[tuple[int | str, str, str]]:
+    """(seed, recipe identity, status) of each rerun of ``info`` whose latest attempt ended
+    FAILED or KILLED (a seed a resumed sweep ran again to the end is not listed; the card still
+    sees every attempt)."""
+    client = _client(info.tracking_uri)
+    exp = client.get_experiment_by_name(info.experiment_name)
+    if exp is None:
+        return []
+    filt = f"tags.`{keys.TAG_SWEEP_ID}` = '{info.sweep_id}' and tags.`{keys.TAG_KIND}` = '{keys.KIND_RERUN}'"
+    latest: dict[tuple[str, str], Any] = {}
+    for run in _search_all(client, exp.experiment_id, filt):
+        key = (run.data.tags.get(keys.TAG_RECIPE_ID, ""), run.data.tags.get(keys.TAG_SEED, "?"))
+        if key not in latest or run.info.start_time > latest[key].info.start_time:
+            latest[key] = run
+    out = []
+    for (recipe, seed), run in latest.items():
+        if run.info.status in ("FAILED", "KILLED"):
+            out.append((int(seed) if seed.lstrip("-").isdigit() else seed, recipe, run.info.status))
+    return sorted(out, key=str)
+
+
+def _search_all(client, experiment_id: str, filt: str) -> list:
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=filt, max_results=5000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+_PARAM_KEY_OK = __import__("re").compile(r"^[\w./\- ]{1,250}$")
+
+
+def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None = None,
+                returned: Mapping[str, float] | None = None, error: BaseException | None = None,
+                metrics: Iterable[str] = ()) -> dict[str, Any]:
+    """End a rerun's run with the truth, whatever the job's code did to it: the params and the
+    returned metrics it did not log itself, the error (FAILED) or FINISHED. Returns the outcome:
+    ``{"run_id", "status", "metrics": {metric: last value or None}, "error"}``."""
+    from mlflow.entities import Metric, Param
+
+    client = store.client
+    run = client.get_run(run_id)
+    logged = dict(run.data.metrics)
+    now = int(time.time() * 1000)
+    batch_metrics = [Metric(k, float(v), now, 0) for k, v in (returned or {}).items()
+                     if k not in logged and _PARAM_KEY_OK.match(k)]
+    for m in batch_metrics:
+        logged[m.key] = m.value
+    have = set(run.data.params)
+    batch_params = [Param(k, v[:6000]) for k, v in sorted((params or {}).items())
+                    if k not in have and _PARAM_KEY_OK.match(k)]
+    for i in range(0, max(len(batch_params), len(batch_metrics)), _MAX_PARAMS_PER_CALL):
+        client.log_batch(run_id, metrics=batch_metrics[i:i + _MAX_PARAMS_PER_CALL],
+                         params=batch_params[i:i + _MAX_PARAMS_PER_CALL])
+    outcome: dict[str, Any] = {"run_id": run_id, "status": "FINISHED",
+                               "metrics": {m: logged.get(m) for m in metrics}, "error": None}
+    if error is not None:
+        outcome["status"] = "FAILED"
+        outcome["error"] = f"{type(error).__name__}: {_one_line(error)}"
+        client.set_tag(run_id, keys.TAG_ERROR, outcome["error"])
+        try:
+            client.log_text(run_id, "".join(traceback.format_exception(error)), "error.txt")
+        except Exception:  # noqa: BLE001 - the status matters more than the traceback
+            pass
+    client.set_terminated(run_id, outcome["status"])
+    return outcome

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 
@@ -31,3 +32,30 @@ def mask_credentials(uri: str) -> str:
     if f"//{netloc}" not in uri:  # urlsplit dropped characters (tabs, newlines): don't guess
         return "***"
     return uri.replace(f"//{netloc}", f"//{user + ':***' if colon else '***'}@{host}", 1)
+
+
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/@]+)@")
+
+
+def mask_in_text(text: str) -> str:
+    """Every URI's credentials in a sentence masked as :func:`mask_credentials` masks one URI.
+
+    >>> mask_in_text("The MLflow tracking server at http://u:pw@127.0.0.1:5000 is not reachable.")
+    'The MLflow tracking server at http://u:***@127.0.0.1:5000 is not reachable.'
+    >>> mask_in_text("no uri here")
+    'no uri here'
+    """
+    def one(m: re.Match) -> str:
+        user, sep, _ = m.group("userinfo").partition(":")
+        return f"{m.group('scheme')}{user + ':***' if sep else '***'}@"
+
+    return _USERINFO.sub(one, text)
+
+
+def without_credentials(uri: str) -> str:
+    """``uri`` with its user info removed (for a request that sends credentials another way).
+
+    >>> without_credentials("http://u:pw@127.0.0.1:5000/api")
+    'http://127.0.0.1:5000/api'
+    """
+    return _USERINFO.sub(lambda m: m.group("scheme"), uri)

@@ -102,8 +102,16 @@ def test_missing_or_bad_metrics(tmp_path):
     assert CurtailingSweeperBase.failed(_ret({"other": 0.9}), "calibration", [0.7], True) == [True]
     assert CurtailingSweeperBase.failed(_ret({"calibration": float("nan")}), "calibration", [0.7], True) == [True]
     assert CurtailingSweeperBase.failed(_ret({"calibration": 0.8}), "calibration", [0.7, 0.9], True) == [False, True]
-    with pytest.raises(HydraException, match="return"):
-        CurtailingSweeperBase.failed(_ret(0.8), "calibration", [0.7], True)
+    # a task function that returns its metric as a number (a user's own app without the callback)
+    assert CurtailingSweeperBase.failed(_ret(0.8), "calibration", [0.7, 0.9], True) == [False, True]
+    assert CurtailingSweeperBase.failed(_ret("0.8"), "calibration", [0.7], True) == [True]
+    # with the recipe_audit callback, what it recorded for the job decides, not the return value
+    done = _ret(None)
+    done.recipe_audit = {"status": "FINISHED", "metrics": {"eval_accuracy": 0.75}}
+    assert CurtailingSweeperBase.failed(done, "eval_accuracy", [0.7, 0.8], True) == [False, True]
+    crashed = _ret(None)
+    crashed.recipe_audit = {"status": "FAILED", "metrics": {"eval_accuracy": 0.95}}
+    assert CurtailingSweeperBase.failed(crashed, "eval_accuracy", [0.7], True) == [True]
     with pytest.raises(HydraException, match="seed sweep"):
         _sweeper(tmp_path, lambda ov: None).sweep(["recipe.lr=1,2"])
     with pytest.raises(HydraException, match="batch_size"):
@@ -147,7 +155,9 @@ def test_curtailing_sweep_end_to_end(tmp_path, store):
     sweep_dir = tmp_path / "sweep"
     proc = run_app(["-m", "hydra/sweeper=curtail", "hydra.sweeper.batch_size=4", "seed=range(30)",
                     "recipe.lr=1e9", f"hydra.sweep.dir={sweep_dir}", *SMALL], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # the card is written; the exit status says that reruns failed
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "4 rerun(s) of sweep" in proc.stderr and "did not finish" in proc.stderr
     assert "Traceback" not in proc.stderr
     from mlflow.tracking import MlflowClient
 

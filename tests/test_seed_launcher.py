@@ -92,7 +92,7 @@ def test_anything_but_a_plain_integer_seed_is_composed_by_hydra(hydra_loader, jo
 
 def test_the_projects_plugins_are_registered_without_a_plugin_scan(tmp_path):
     """An editable install hides hydra_plugins/ from Hydra's scan: the app registers its sweepers and
-    launchers itself, so every preset in conf/hydra/ resolves from any directory. Checked in a
+    launchers itself, so every preset in recipe_audit/app/hydra_conf/hydra/ resolves from any directory. Checked in a
     process started outside the checkout (where the scan sees only installed plugins)."""
     import json
     import os

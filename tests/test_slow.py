@@ -41,9 +41,11 @@ def test_ci_wheel_carries_the_configs(tmp_path):
                     "-w", str(wheel_dir), str(REPO)], check=True, timeout=600)
     (wheel,) = wheel_dir.glob("recipe_audit-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    want = [f"recipe_audit/conf/{f.relative_to(REPO / 'conf').as_posix()}" for f in (REPO / "conf").rglob("*.yaml")]
+    want = [f.relative_to(REPO).as_posix() for d in ("recipe_audit/conf", "recipe_audit/app/hydra_conf")
+            for f in (REPO / d).rglob("*.yaml")]
     want += ["recipe_audit/schemas/recipe_card.v1.json", "recipe_audit/schemas/acceptance_card.v1.json",
-             "hydra_plugins/recipe_audit_sweeper/seeds.py", "hydra_plugins/recipe_audit_sweeper/curtail.py"]
+             "hydra_plugins/recipe_audit_sweeper/seeds.py", "hydra_plugins/recipe_audit_sweeper/curtail.py",
+             "hydra_plugins/recipe_audit/searchpath.py", "recipe_audit/app/hydra_conf/hydra/callbacks/recipe_audit.yaml"]
     assert len(want) > 20 and [f for f in want if f not in names] == []
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],

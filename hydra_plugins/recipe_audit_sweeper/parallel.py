@@ -1,4 +1,4 @@
-"""Local parallel workers: ``hydra/launcher=local_parallel`` (``conf/hydra/launcher/``, launchers/README.md).
+"""Local parallel workers: ``hydra/launcher=local_parallel`` (``recipe_audit/app/hydra_conf/hydra/launcher/``, launchers/README.md).
 
 Hydra's joblib launcher (same parameters: ``n_jobs``, ``backend``, ``prefer``, ...; same loky
 worker processes), except that each worker composes one job per recipe and derives the other

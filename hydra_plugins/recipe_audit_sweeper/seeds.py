@@ -1,5 +1,5 @@
 """The default sweeper and launcher of ``python -m recipe_audit -m`` as Hydra plugins
-(``hydra/sweeper=seeds``, ``hydra/launcher=seeds``, selected in ``conf/config.yaml``;
+(``hydra/sweeper=seeds``, ``hydra/launcher=seeds``, selected in ``recipe_audit/conf/config.yaml``;
 ``hydra/sweeper=basic``, ``hydra/launcher=basic`` give Hydra's own).
 
 The sweeper is Hydra's basic sweeper with the same parameters (``max_batch_size``, ``params``),

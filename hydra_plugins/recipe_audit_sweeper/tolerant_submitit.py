@@ -1,5 +1,5 @@
 """Submitit launchers that survive a rerun's process dying: the presets ``hydra/launcher=cluster_local``
-and ``hydra/launcher=slurm`` (``conf/hydra/launcher/``; launchers/README.md).
+and ``hydra/launcher=slurm`` (``recipe_audit/app/hydra_conf/hydra/launcher/``; launchers/README.md).
 
 Hydra's submitit launchers raise as soon as one job produced no result (killed with SIGKILL, out
 of memory, preempted, node lost), which aborts the whole multirun: no card, and the jobs still

@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import keys
-from .build import CardError, CardOptions
+from .build import CardOptions
 from .compute import CardRequest, compute_cards
 from .render import GRID_HEADER, text_table, verdict_table
 from .store import log_card_runs, render_files
@@ -45,23 +44,15 @@ def print_summary(doc: dict[str, Any], files: dict[str, Path] | None = None, str
             print("Histogram: " + ", ".join(hists), file=stream)
 
 
-def cards_for_sweep(sweep, audit: dict[str, Any], sweep_dir: Path | None = None) -> dict[str, Any] | None:
-    """Compute, write and log the cards of one sweep; print the verdict table. A sweep whose
-    reruns cannot make a card reports why in one sentence and does not fail the multirun."""
-    opts = CardOptions(taus=tuple(float(t) for t in audit.get("taus", [0.7])), eps=float(audit.get("eps", 0.1)),
-                       delta=float(audit.get("delta", 0.1)),
-                       higher_is_better=bool(audit.get("higher_is_better", True)),
-                       unfinished=str(audit.get("unfinished", "fail")))
-    req = CardRequest(experiment=sweep.experiment_name, tracking_uri=sweep.tracking_uri,
-                      metric=keys.accuracy_key(audit.get("primary", keys.DEFAULT_AUDIT)),
+def cards_for_sweep(sweep, metric: str, opts: CardOptions, sweep_dir: Path | None = None,
+                    stem: str = "card") -> dict[str, Any]:
+    """Compute, write and log the card of one sweep on ``metric``; print the verdict table.
+    Raises :class:`CardError` (one sentence) when the sweep's reruns cannot make a card."""
+    req = CardRequest(experiment=sweep.experiment_name, tracking_uri=sweep.tracking_uri, metric=metric,
                       sweep_id=sweep.sweep_id, planned_seeds=tuple(sweep.planned_seeds))
-    try:
-        doc = compute_cards(req, opts)
-        files = render_files(doc, (sweep_dir or Path(".")) / "card", stem="card") if sweep_dir else None
-        run_ids = log_card_runs(doc, sweep.tracking_uri, sweep.experiment_name)
-    except CardError as exc:
-        print(f"recipe_audit: no card for sweep {sweep.sweep_id}: {exc}", file=sys.stderr)
-        return None
+    doc = compute_cards(req, opts)
+    files = render_files(doc, (sweep_dir or Path(".")) / stem, stem="card") if sweep_dir else None
+    run_ids = log_card_runs(doc, sweep.tracking_uri, sweep.experiment_name)
     print_summary(doc, files)
     print(f"Card runs in MLflow: {', '.join(run_ids)}")
     return doc

@@ -1,0 +1,570 @@
+"""The recipe_audit Hydra callback: a seed sweep of any Hydra app becomes tracked reruns and a card.
+
+    python train.py -m 'seed=range(59)' hydra/callbacks=recipe_audit hydra.callbacks.recipe_audit.metric=eval_accuracy
+
+When the multirun starts (main process), the callback checks its options, the seed key and the
+tracking store, and opens the sweep's parent run. For every job, in the job's own process (so
+every launcher works: basic, joblib, submitit, Ray), it opens the rerun's MLflow run nested under
+the parent, tags it (seed, recipe identity, sweep, host, pid) and points MLflow's own variables at
+it (``MLFLOW_RUN_ID``, ``MLFLOW_EXPERIMENT_ID``, ``MLFLOW_EXPERIMENT_NAME``,
+``MLFLOW_TRACKING_URI``), so whatever the task function logs the usual way (``mlflow.start_run()``,
+``mlflow.autolog()``, the Hugging Face ``Trainer``'s MLflowCallback, Lightning's ``MLFlowLogger``
+given ``run_id``) lands in that run. When the job ends it records the truth whatever the task did
+to the run (FAILED with the error's first line when the task raised, FINISHED otherwise), logs a
+number or dict of numbers the task returned, the flattened config as params (keys the task logged
+itself are left as they are) and restores the environment. When the multirun ends it computes
+the recipe card per metric from the tracking store.
+
+A task that raises is a rerun that failed, not the end of the sweep: the callback hands Hydra's
+sweeper a completed job (Hydra's basic sweeper would re-raise the error after the batch and never
+reach the end of the multirun, so neither the other seeds nor the card would happen), and the
+process exits with status 1 after the card when any rerun failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("recipe_audit")
+
+# MLflow's own variables, read by mlflow.start_run, MlflowClient, the HF Trainer and Lightning
+ENV_RUN_ID = "MLFLOW_RUN_ID"
+ENV_EXPERIMENT_ID = "MLFLOW_EXPERIMENT_ID"
+ENV_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
+ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
+_ENV_KEYS = (ENV_RUN_ID, ENV_EXPERIMENT_ID, ENV_EXPERIMENT_NAME, ENV_TRACKING_URI)
+
+
+class OptionError(ValueError):
+    """The callback's options or the app's config cannot make a card (one sentence)."""
+
+
+def _stop(message: str, code: int = 2) -> None:
+    """One sentence on stderr and a non-zero exit. ``SystemExit`` passes through Hydra's callback
+    dispatcher, which turns any ``Exception`` of a callback into a warning and goes on."""
+    from ..uris import mask_in_text
+
+    print(f"recipe_audit: error: {mask_in_text(message)}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _rank() -> int:
+    """This process's rank under ``accelerate launch`` / ``torchrun`` (0 when alone)."""
+    try:
+        return int(os.environ.get("RANK", "0") or 0)
+    except ValueError:
+        return 0
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """The rerun a job is logging into (what the built-in trainer reads through :func:`current_rerun`)."""
+
+    run_id: str
+    artifact_uri: str
+    tracking_uri: str
+    experiment_id: str
+    experiment_name: str
+    seed: int
+    recipe_id: str
+    sweep_id: str | None
+
+
+_CURRENT: Rerun | None = None
+
+
+def current_rerun() -> Rerun | None:
+    """The rerun of the job running in this process, if the recipe_audit callback opened one."""
+    return _CURRENT
+
+
+@dataclass
+class _Job:
+    rerun: Rerun
+    params: dict[str, str]
+    saved_env: dict[str, str | None]
+    label: str
+    started: float = field(default_factory=time.monotonic)
+
+
+class RecipeAuditCallback(Callback):
+    """See the module docstring; options are :class:`recipe_audit.app.schema.RecipeAuditCallbackConfig`."""
+
+    def __init__(self, metric: Any, higher_is_better: bool = True, taus: Sequence[float] = (0.7,),
+                 eps: float = 0.10, delta: float = 0.10, seed_key: str = "seed",
+                 identity_exclude: Sequence[str] = (), experiment_name: str | None = None,
+                 tracking_uri: str | None = None, unfinished: str = "fail", resume: bool = False,
+                 card_on_multirun_end: bool = True, _target_: str | None = None) -> None:
+        metrics = [metric] if isinstance(metric, str) else list(metric or [])
+        self.metrics = [str(m) for m in metrics]
+        self.higher_is_better = bool(higher_is_better)
+        self.taus = tuple(taus or ())
+        self.eps, self.delta = eps, delta
+        self.seed_key = str(seed_key)
+        self.identity_exclude = tuple(str(k) for k in identity_exclude or ())
+        self.experiment_name = experiment_name
+        self.tracking_uri = tracking_uri
+        self.unfinished = unfinished
+        self.resume = bool(resume)
+        self.card_on_multirun_end = bool(card_on_multirun_end)
+        self.sweep = None
+        self._job: _Job | None = None
+        self._uri: str | None = None
+        self._experiment: str | None = None
+
+    # -- options ----------------------------------------------------------------------------
+
+    def card_options(self, config: DictConfig | None = None):
+        """The card's options (one constructor for the sweep's card and the curtailing sweeper).
+        A bad value is named as the user set it: ``audit.eps`` in the built-in app, whose callback
+        options interpolate its ``audit`` section, ``hydra.callbacks.recipe_audit.eps`` elsewhere."""
+        from ..cards.build import CardError, CardOptions
+
+        def name(option: str) -> str:
+            return _option_name(config, option)
+
+        if not self.metrics or not all(self.metrics):
+            raise OptionError(f"{name('metric')} names no metric; give the key your training code logs, "
+                              "e.g. metric=eval_accuracy.")
+        if not self.taus:
+            raise OptionError(f"{name('taus')} is empty: a card needs at least one release bar.")
+        for option in ("eps", "delta"):
+            v = getattr(self, option)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+                raise OptionError(f"{name(option)} must lie strictly between 0 and 1, not {v}.")
+        if self.unfinished not in ("fail", "refuse"):
+            raise OptionError(f"{name('unfinished')} must be 'fail' or 'refuse', not {self.unfinished!r}.")
+        try:
+            return CardOptions(taus=tuple(float(t) for t in self.taus), eps=float(self.eps),
+                               delta=float(self.delta), higher_is_better=self.higher_is_better,
+                               unfinished=str(self.unfinished))
+        except (CardError, TypeError, ValueError) as exc:
+            raise OptionError(f"{name('taus')}: {exc}") from None
+
+    def _store_names(self, config: DictConfig) -> tuple[str, str]:
+        from .. import tracking
+
+        uri = tracking.resolve_tracking_uri(self.tracking_uri)
+        name = self.experiment_name or str(OmegaConf.select(config, "hydra.job.name") or "recipe_audit")
+        return uri, name
+
+    def _check(self, config: DictConfig) -> None:
+        """Everything that would make every job or the card fail, before any job runs."""
+        self.card_options(config)
+        if OmegaConf.select(config, self.seed_key, throw_on_missing=False) is None and not _seed_override(
+                config, self.seed_key):
+            keys = ", ".join(sorted(str(k) for k in config if k != "hydra")[:20]) or "none"
+            raise OptionError(f"The seed key '{self.seed_key}' is not in the app's config (its top-level keys: "
+                              f"{keys}); set hydra.callbacks.recipe_audit.seed_key.")
+
+    def _open_store(self, config: DictConfig):
+        from .. import tracking
+        from ..uris import mask_in_text
+
+        uri, name = self._store_names(config)
+        try:
+            store = tracking.open_store(uri, name)
+        except tracking.TrackingError as exc:
+            raise OptionError(mask_in_text(str(exc))) from None
+        self._uri, self._experiment = store.uri, store.experiment_name
+        return store
+
+    # -- a single run ----------------------------------------------------------------------------
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if _rank() != 0:
+            return
+        try:
+            self._check(config)
+            self._open_store(config)
+        except OptionError as exc:
+            _stop(str(exc))
+
+    # -- the multirun ------------------------------------------------------------------------------
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from .. import tracking
+
+        try:
+            self._check(config)
+            seeds = planned_seeds(config, self.seed_key)
+            store = self._open_store(config)
+        except OptionError as exc:
+            _stop(str(exc))
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        overrides = [str(o) for o in config.hydra.overrides.task]
+        sweep = None
+        if self.resume:  # every process reads the same store before anyone writes: same decision
+            sweep = tracking.reopen_sweep(store, seeds, sweep_dir, overrides, write=_rank() == 0)
+        if sweep is not None:
+            left = self._unfinished_seeds(store, sweep, config)
+            log.info("resuming sweep %s: %d of %d planned seeds to run", sweep.sweep_id, len(left),
+                     len(sweep.planned_seeds))
+            if not left:
+                self.sweep = sweep
+                if _rank() == 0:
+                    log.info("every planned seed has a finished rerun: nothing to run")
+                    self.on_multirun_end(config)
+                sys.exit(0)
+            _set_seeds(config, self.seed_key, left)
+        if _rank() != 0:
+            return
+        if sweep is None:
+            sweep = tracking.start_sweep(store, seeds, sweep_dir, overrides)
+        self.sweep = sweep
+        from ..uris import mask_credentials
+
+        log.info("sweep %s: %d planned seeds, parent run %s in %s", sweep.sweep_id, len(sweep.planned_seeds),
+                 sweep.parent_run_id, mask_credentials(store.uri))
+
+    def _unfinished_seeds(self, store, sweep, config: DictConfig) -> list[int]:
+        """The planned seeds not yet finished for every recipe of the sweep. A seed is finished for
+        a recipe when a FINISHED rerun of it logged every card metric (finite). Seeds finished for
+        some recipes of a grid only are run again for all (an extra, honest draw of that seed)."""
+        from .. import tracking
+
+        n_recipes = _n_recipes(config, self.seed_key)
+        done = tracking.finished_seeds(store, sweep, self.metrics)
+        skipped = [s for s in sweep.planned_seeds if n_recipes is not None and len(done.get(s, ())) >= n_recipes]
+        for s in skipped:
+            log.info("seed %d: finished rerun exists for every recipe, skipped (resume)", s)
+        return [s for s in sweep.planned_seeds if s not in skipped]
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from .. import tracking
+
+        if self.sweep is None or _rank() != 0:
+            return
+        sweep, self.sweep = self.sweep, None
+        for run_id in tracking.close_dead_reruns(sweep):  # every job has returned
+            log.warning("rerun %s never finished (its process died): recorded as KILLED", run_id)
+        tracking.end_sweep(sweep)
+        if self.card_on_multirun_end:
+            self._cards(sweep, config)
+        failed = tracking.failed_reruns(sweep)
+        if failed:
+            many = len({r for _, r, _ in failed}) > 1
+            which = ", ".join(f"seed {s}" + (f" of recipe {r[:8]}" if many else "") + f" ({st.lower()})"
+                              for s, r, st in failed)
+            _stop(f"{len(failed)} rerun(s) of sweep {sweep.sweep_id} did not finish: {which}; the card counts "
+                  "them as failures.", code=1)
+
+    def _cards(self, sweep, config: DictConfig) -> None:
+        from ..cards.build import CardError
+        from ..cards.sweep import cards_for_sweep
+
+        opts = self.card_options(config)
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        for metric in self.metrics:
+            stem = "card" if len(self.metrics) == 1 else "card-" + "".join(
+                c if c.isalnum() or c in "-_." else "_" for c in metric)
+            try:
+                cards_for_sweep(sweep, metric, opts, sweep_dir, stem=stem)
+            except CardError as exc:
+                _stop(f"no card for metric '{metric}' of sweep {sweep.sweep_id}: {exc}")
+
+    # -- every job, in the job's own process --------------------------------------------------------
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global _CURRENT
+
+        if _rank() != 0:
+            return
+        try:
+            self._job = self._open_rerun(config)
+        except Exception as exc:  # noqa: BLE001 - the job still runs; the card counts it as never logged
+            from ..uris import mask_in_text
+
+            log.error("recipe_audit: could not open the rerun's run (%s); this seed counts as unfinished",
+                      mask_in_text(_one_line(exc)))
+            self._job = None
+            return
+        _CURRENT = self._job.rerun
+        for k, v in ((ENV_RUN_ID, self._job.rerun.run_id), (ENV_EXPERIMENT_ID, self._job.rerun.experiment_id),
+                     (ENV_EXPERIMENT_NAME, self._job.rerun.experiment_name),
+                     (ENV_TRACKING_URI, self._job.rerun.tracking_uri)):
+            os.environ[k] = v
+
+    def _open_rerun(self, config: DictConfig) -> _Job:
+        from .. import keys, tracking
+
+        uri, name = self._store_names(config)
+        store = tracking.open_store(uri, name)
+        multirun = str(OmegaConf.select(config, "hydra.mode")) == "RunMode.MULTIRUN"
+        sweep = tracking.current_sweep(Path(str(config.hydra.sweep.dir))) if multirun else None
+        seed = OmegaConf.select(config, self.seed_key)
+        resolved, raw = _job_config(config)
+        runtime_paths = [OmegaConf.select(config, "hydra.runtime.output_dir"),
+                         OmegaConf.select(config, "hydra.sweep.dir"), OmegaConf.select(config, "hydra.run.dir")]
+        recipe_id = tracking.config_identity(resolved, (self.seed_key, *self.identity_exclude), raw=raw,
+                                             runtime_paths=[str(p) for p in runtime_paths if p])
+        overrides = [o for o in (OmegaConf.select(config, "hydra.overrides.task") or [])
+                     if o.split("=", 1)[0].lstrip("+~") != self.seed_key]
+        recipe_name = _select_str(resolved, "recipe.name") or " ".join(overrides) or str(
+            OmegaConf.select(config, "hydra.job.name"))
+        label = _select_str(resolved, "recipe.name") or str(OmegaConf.select(config, "hydra.job.name"))
+        tags = {
+            keys.TAG_KIND: keys.KIND_RERUN, keys.TAG_RECIPE_ID: recipe_id, keys.TAG_RECIPE_NAME: recipe_name[:5000],
+            keys.TAG_SEED: str(seed), keys.TAG_HOST: socket.gethostname(), keys.TAG_PID: str(os.getpid()),
+        }
+        for tag, path in ((keys.TAG_MODEL, "model.name"), (keys.TAG_TASK, "task.name")):
+            if _select_str(resolved, path):
+                tags[tag] = _select_str(resolved, path)
+        if os.environ.get("SLURM_JOB_ID"):
+            tags[keys.TAG_SLURM_JOB_ID] = os.environ["SLURM_JOB_ID"]
+        if sweep is not None:
+            tags[keys.TAG_SWEEP_ID] = sweep.sweep_id
+            tags[keys.TAG_PARENT] = sweep.parent_run_id
+        run = store.client.create_run(store.experiment_id, run_name=f"{label}-seed{seed}", tags=tags)
+        saved = {k: os.environ.get(k) for k in _ENV_KEYS}
+        rerun = Rerun(run.info.run_id, run.info.artifact_uri, store.uri, store.experiment_id,
+                      store.experiment_name, int(seed) if _is_int(seed) else seed, recipe_id,
+                      sweep.sweep_id if sweep else None)
+        return _Job(rerun, tracking.flatten(resolved), saved, f"seed {seed}")
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        global _CURRENT
+
+        job, self._job = self._job, None
+        if job is None:
+            return
+        try:
+            self._close_rerun(config, job, job_return)
+        finally:
+            _CURRENT = None
+            for k, v in job.saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    def _close_rerun(self, config: DictConfig, job: _Job, job_return: Any) -> None:
+        from hydra.core.utils import JobStatus
+
+        from .. import tracking
+
+        _end_fluent_run(job.rerun.run_id)
+        store = tracking.open_store(job.rerun.tracking_uri, job.rerun.experiment_name)
+        failed = job_return.status == JobStatus.FAILED
+        error = job_return._return_value if failed else None
+        returned = None if failed else job_return._return_value
+        outcome = tracking.close_rerun(store, job.rerun.run_id, params=job.params,
+                                       returned=_returned_metrics(returned, self.metrics),
+                                       error=error if isinstance(error, BaseException) else None,
+                                       metrics=self.metrics)
+        outcome["recipe_id"] = job.rerun.recipe_id
+        job_return.recipe_audit = outcome  # read by recipe_audit's curtailing sweeper
+        self._report(job, outcome)
+        multirun = str(OmegaConf.select(config, "hydra.mode")) == "RunMode.MULTIRUN"
+        if failed and multirun:
+            # the rerun is recorded as FAILED; the sweep goes on (see the module docstring)
+            job_return.status = JobStatus.COMPLETED
+            job_return._return_value = None
+
+    def _report(self, job: _Job, outcome: dict[str, Any]) -> None:
+        secs = time.monotonic() - job.started
+        if outcome["status"] != "FINISHED":
+            log.warning("%s FAILED (%s) in %.1fs: run %s", job.label, outcome.get("error", ""), secs,
+                        job.rerun.run_id)
+            return
+        parts = []
+        for m in self.metrics:
+            v = outcome["metrics"].get(m)
+            if v is None or not math.isfinite(v):
+                parts.append(f"{m} never logged (unfinished on the card)")
+                continue
+            bad = [t for t in self.taus if (v < t if self.higher_is_better else v > t)]
+            parts.append(f"{m}={v:.3f}" + (f", fails the bar τ = {', '.join(f'{t:g}' for t in bad)}" if bad else ""))
+        log.info("%s: %s (%.1fs) run %s", job.label, "; ".join(parts), secs, job.rerun.run_id)
+
+
+# ---------------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------------
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]
+
+
+def _option_name(config: DictConfig | None, option: str) -> str:
+    """Where the user set a callback option: the key it interpolates (``${audit.eps}`` -> ``audit.eps``),
+    else its own key."""
+    own = f"hydra.callbacks.recipe_audit.{option}"
+    if config is None:
+        return own
+    try:
+        node = config.hydra.callbacks.recipe_audit._get_node(option)
+        raw = node._value() if node is not None else None
+    except Exception:  # noqa: BLE001 - only a nicer name is at stake
+        return own
+    if isinstance(raw, str) and raw.startswith("${") and raw.endswith("}") and raw.count("${") == 1 \
+            and ":" not in raw:
+        return raw[2:-1]
+    return own
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _select_str(d: Mapping[str, Any], dotted: str) -> str | None:
+    node: Any = d
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node if isinstance(node, str) and node else None
+
+
+def _job_config(config: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job's config without Hydra's node: resolved, and as written (interpolations unresolved)."""
+    task = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+    raw = OmegaConf.to_container(task, resolve=False)
+    resolved = OmegaConf.to_container(task, resolve=True)
+    return resolved, raw
+
+
+def _returned_metrics(value: Any, metrics: Sequence[str]) -> dict[str, float]:
+    """What a task function returned, as metrics: a number is the first card metric; a mapping
+    gives each of its numeric entries (``{"eval_accuracy": 0.91}``)."""
+    def num(v: Any) -> float | None:
+        if isinstance(v, bool):
+            return None
+        try:
+            import numbers
+
+            if isinstance(v, numbers.Real):
+                return float(v)
+            if hasattr(v, "item") and getattr(v, "size", 1) == 1:  # numpy / torch scalars
+                return float(v.item())
+        except (TypeError, ValueError):
+            return None
+        return None
+
+    if value is None:
+        return {}
+    single = num(value)
+    if single is not None:
+        return {metrics[0]: single} if metrics else {}
+    if isinstance(value, Mapping):
+        return {str(k): f for k, v in value.items() if (f := num(v)) is not None}
+    return {}
+
+
+def _end_fluent_run(run_id: str) -> None:
+    """A run the task left active in MLflow's fluent API is ended, so the next job in this process
+    does not log into it (its final status is set right after)."""
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is None:
+        return
+    try:
+        while (active := mlflow.active_run()) is not None:
+            mlflow.end_run()
+            if active.info.run_id == run_id:
+                continue
+    except Exception:  # noqa: BLE001 - the run's status is set by the callback anyway
+        pass
+
+
+def _seed_override(config: DictConfig, seed_key: str) -> str | None:
+    """The sweep's value of the seed key: the command line's override, else hydra.sweeper.params."""
+    spec = None
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    if seed_key in params:
+        spec = f"{seed_key}={params[seed_key]}"
+    for ov in OmegaConf.select(config, "hydra.overrides.task") or []:
+        if ov.split("=", 1)[0].lstrip("+~") == seed_key:
+            spec = ov.lstrip("+")
+    return spec
+
+
+def planned_seeds(config: DictConfig, seed_key: str = "seed") -> list[int]:
+    """The seeds the multirun will launch: the command line's ``seed=`` override if any, else
+    ``hydra.sweeper.params.seed``, else the single configured seed."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    spec = _seed_override(config, seed_key)
+    if spec is None:
+        value = OmegaConf.select(config, seed_key)
+        if not _is_int(value):
+            raise OptionError(f"The seed '{seed_key}' must be an integer, not {value!r}.")
+        return [value]
+    try:
+        override = OverridesParser.create().parse_overrides([spec])[0]
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+    except Exception as exc:  # noqa: BLE001 - Hydra's parser errors
+        raise OptionError(f"Cannot read the seeds of '{spec}': {_one_line(exc)}") from None
+    if not values or not all(_is_int(v) for v in values):
+        raise OptionError(f"The seed values must be integers, not {spec.split('=', 1)[1]}.")
+    return [int(v) for v in values]
+
+
+def _set_seeds(config: DictConfig, seed_key: str, seeds: Sequence[int]) -> None:
+    """Make the sweep launch only ``seeds``: Hydra reads the sweep's overrides and the sweeper's
+    params from this config after ``on_multirun_start``."""
+    from omegaconf import open_dict, read_write
+
+    value = ",".join(str(s) for s in seeds)
+    with read_write(config.hydra), open_dict(config.hydra):
+        task = [str(o) for o in config.hydra.overrides.task]
+        hit = [i for i, o in enumerate(task) if o.split("=", 1)[0].lstrip("+~") == seed_key]
+        if hit:
+            prefix = task[hit[-1]].split("=", 1)[0]
+            task[hit[-1]] = f"{prefix}={value}"
+            config.hydra.overrides.task = task
+        params = OmegaConf.select(config, "hydra.sweeper.params")
+        if params is not None and seed_key in params:
+            config.hydra.sweeper.params[seed_key] = value
+        elif not hit:
+            config.hydra.overrides.task = [*task, f"{seed_key}={value}"]
+
+
+def _n_recipes(config: DictConfig, seed_key: str) -> int | None:
+    """How many recipes (jobs per seed) the sweep has: the product of the other sweep overrides'
+    sizes. None when it cannot be counted without composing (a glob)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    specs = [f"{k}={v}" for k, v in (OmegaConf.select(config, "hydra.sweeper.params") or {}).items()]
+    specs += [str(o) for o in OmegaConf.select(config, "hydra.overrides.task") or []]
+    by_key: dict[str, int] = {}
+    try:
+        for ov in OverridesParser.create().parse_overrides(specs):
+            if ov.key_or_group == seed_key:
+                continue
+            by_key[ov.get_key_element()] = len(list(ov.sweep_iterator())) if ov.is_sweep_override() else 1
+    except Exception:  # noqa: BLE001 - a glob sweep needs the config loader
+        return None
+    n = 1
+    for size in by_key.values():
+        n *= size
+    return n
+
+
+class AcceptanceSweepCallback(RecipeAuditCallback):
+    """``experiment=acceptance``: the sweep's parent run and, when the multirun ends, the
+    acceptance cards of its defense cells; each cell job opens and closes its own runs."""
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        return None
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        return None
+
+    def _cards(self, sweep, config: DictConfig) -> None:
+        from ..acceptance.experiment import card_for_sweep
+
+        card_for_sweep(sweep, config, Path(str(config.hydra.sweep.dir)))

@@ -1,0 +1,49 @@
+"""The structured config of the recipe_audit callback (``hydra.callbacks.recipe_audit``).
+
+Registered in Hydra's ConfigStore as the base of ``hydra/callbacks/recipe_audit.yaml``, so an
+unknown option (a typo) fails when Hydra composes the config, before any job runs. Light on
+purpose: the search-path plugin imports it in every Hydra app at start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+CALLBACK_TARGET = "recipe_audit.app.callback.RecipeAuditCallback"
+
+
+@dataclass
+class RecipeAuditCallbackConfig:
+    _target_: str = CALLBACK_TARGET
+    # required: the metric(s) a card is computed on, a metric key each rerun logs (or a task
+    # function returns): "eval_accuracy", or a list of them, one card each. Checked, with one
+    # sentence, when the multirun starts (a ??? here would fail later, with a traceback)
+    metric: Any = None
+    higher_is_better: bool = True
+    # release bars, the failure budget eps and the risk delta of the card
+    taus: list[float] = field(default_factory=lambda: [0.7])
+    eps: float = 0.10
+    delta: float = 0.10
+    # the config key that holds the seed (dotted for a nested key: "trainer.seed")
+    seed_key: str = "seed"
+    # config keys (dotted) left out of the recipe identity besides the seed and what depends on
+    # where or when a job runs (Hydra's runtime, output and logging paths, the clock)
+    identity_exclude: list[str] = field(default_factory=list)
+    # default: the app's job name (hydra.job.name)
+    experiment_name: str | None = None
+    # default: $MLFLOW_TRACKING_URI, else the SQLite store ./mlruns/mlflow.db
+    tracking_uri: str | None = None
+    # what the card does with unfinished reruns: "fail" counts them as failures, "refuse" refuses
+    unfinished: str = "fail"
+    # continue the interrupted sweep: seeds with a finished rerun of every recipe are not run again
+    resume: bool = False
+    card_on_multirun_end: bool = True
+
+
+def register() -> None:
+    """Store the schema (idempotent) as ``recipe_audit_schemas/callback``."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(group="recipe_audit_schemas", name="callback",
+                                 node=RecipeAuditCallbackConfig, provider="recipe_audit")

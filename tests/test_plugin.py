@@ -1,0 +1,216 @@
+"""The recipe_audit callback in a Hydra app that knows nothing about recipe_audit.
+
+The apps here are written into tmp_path and run in a subprocess from there, as a user runs their
+own ``train.py``: the option ``hydra/callbacks=recipe_audit`` is found through the search-path
+plugin, not through anything the app imports. (The four client examples in ``examples/`` are
+swept in ``tests/test_examples.py``.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from recipe_audit import keys
+
+PLAIN_APP = '''
+import os, random
+import hydra, mlflow
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg):
+    rng = random.Random(cfg.seed)
+    env_run_id = os.environ.get("MLFLOW_RUN_ID")  # mlflow.start_run() consumes (unsets) it
+    with mlflow.start_run():
+        mlflow.log_param("env_run_id", env_run_id)
+        mlflow.log_metric("loss", 1.0, step=0)
+        if str(cfg.seed) == os.environ.get("CRASH_SEED"):
+            raise RuntimeError(f"injected crash for seed {cfg.seed}")
+        acc = 0.5 if cfg.seed == cfg.collapse_seed else 0.85 + 0.1 * rng.random()
+        mlflow.log_metric("val_accuracy", acc)
+
+main()
+'''
+
+BARE_APP = '''
+import random
+import hydra
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg):
+    if cfg.seed == cfg.collapse_seed:
+        return 0.5
+    return 0.85 + 0.1 * random.Random(cfg.seed).random()
+
+main()
+'''
+
+CONFIG = '''
+seed: 0
+lr: 0.1
+collapse_seed: 4
+model:
+  width: 8
+# paths that differ per job: not part of the recipe identity
+out_dir: ${hydra:runtime.output_dir}
+ckpt: ${out_dir}/model.pt
+'''
+
+
+def _app(tmp_path, source: str):
+    app = tmp_path / "app"
+    (app / "conf").mkdir(parents=True)
+    (app / "train.py").write_text(textwrap.dedent(source))
+    (app / "conf" / "config.yaml").write_text(textwrap.dedent(CONFIG))
+    return app
+
+
+def _run(app, args, env_extra=None, timeout=600):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_RUN")}
+    env.update({"HYDRA_FULL_ERROR": "0", **(env_extra or {})})
+    return subprocess.run([sys.executable, "train.py", *args], cwd=app, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _runs(uri, experiment="train"):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return client, []
+    return client, client.search_runs([exp.experiment_id], max_results=1000)
+
+
+def _kind(runs, kind):
+    return [r for r in runs if r.data.tags.get(keys.TAG_KIND) == kind]
+
+
+PLUGIN = ["hydra/callbacks=recipe_audit", "hydra.callbacks.recipe_audit.metric=val_accuracy"]
+
+
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]],
+                         ids=["basic", "joblib"])
+def test_a_users_sweep_becomes_reruns_and_a_card(tmp_path, store, launcher):
+    app = _app(tmp_path, PLAIN_APP)
+    sweep_dir = tmp_path / "sweep"
+    proc = _run(app, ["-m", "seed=range(6)", *PLUGIN, *launcher, f"hydra.sweep.dir={sweep_dir}"],
+                env_extra={"CRASH_SEED": "2"})
+    # every planned seed ran and the card was written; the exit status says a rerun failed
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "1 rerun(s) of sweep" in proc.stderr and "seed 2 (failed)" in proc.stderr
+    client, runs = _runs(store)
+    (parent,) = _kind(runs, keys.KIND_SWEEP)
+    reruns = {int(r.data.tags[keys.TAG_SEED]): r for r in _kind(runs, keys.KIND_RERUN)}
+    assert sorted(reruns) == [0, 1, 2, 3, 4, 5]
+    assert parent.info.status == "FINISHED"
+    assert json.loads(parent.data.tags[keys.TAG_PLANNED_SEEDS]) == list(range(6))
+    assert len({r.data.tags[keys.TAG_RECIPE_ID] for r in reruns.values()}) == 1  # output paths left out
+    pids = set()
+    for seed, r in reruns.items():
+        tags, params = r.data.tags, r.data.params
+        assert tags[keys.TAG_PARENT] == parent.info.run_id
+        assert tags[keys.TAG_SWEEP_ID] == parent.data.tags[keys.TAG_SWEEP_ID]
+        assert params["env_run_id"] == r.info.run_id  # the user's mlflow.start_run() logged into the rerun
+        assert params["seed"] == str(seed) and params["model.width"] == "8" and params["lr"] == "0.1"
+        assert "loss" in r.data.metrics  # the user's own metrics are in the rerun
+        pids.add(int(tags[keys.TAG_PID]))
+        if seed == 2:
+            assert r.info.status == "FAILED"
+            assert tags[keys.TAG_ERROR] == "RuntimeError: injected crash for seed 2"
+            assert "val_accuracy" not in r.data.metrics
+        else:
+            assert r.info.status == "FINISHED"
+            assert (r.data.metrics["val_accuracy"] < 0.7) == (seed == 4)
+    if launcher:  # joblib: the jobs ran in worker processes, each logging into its own rerun
+        assert proc.returncode == 1 and os.getpid() not in pids and len(pids) >= 1
+    card = json.loads((sweep_dir / "card" / "card.json").read_text())
+    (cell,) = card["cells"]
+    assert (cell["n_reruns"], cell["n_failures"], cell["tau"]) == (6, 2, 0.7)  # the crash and the collapse
+    assert cell["verdict"] == "insufficient-evidence"  # 6 reruns are under the sample floor of 22
+    assert [u["seed"] for u in cell["unfinished"]] == [2]
+    (card_run,) = _kind(runs, keys.KIND_CARD)
+    arts = {a.path for a in client.list_artifacts(card_run.info.run_id)}
+    assert {"card.json", "card.md"} <= arts
+    assert "val_accuracy" in proc.stdout and "2/6" in proc.stdout  # the printed verdict table
+
+
+def test_a_task_that_returns_its_metric(tmp_path, store):
+    app = _app(tmp_path, BARE_APP)
+    proc = _run(app, ["-m", "seed=range(5)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, runs = _runs(store)
+    reruns = _kind(runs, keys.KIND_RERUN)
+    assert len(reruns) == 5 and all(r.info.status == "FINISHED" for r in reruns)
+    collapsed = [int(r.data.tags[keys.TAG_SEED]) for r in reruns if r.data.metrics["val_accuracy"] < 0.7]
+    assert collapsed == [4]
+    cell = json.loads((tmp_path / "sweep" / "card" / "card.json").read_text())["cells"][0]
+    assert (cell["n_reruns"], cell["n_failures"]) == (5, 1)
+
+
+def test_one_run_without_multirun_is_a_rerun_without_a_sweep(tmp_path, store):
+    app = _app(tmp_path, PLAIN_APP)
+    proc = _run(app, ["seed=3", *PLUGIN])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, runs = _runs(store)
+    (r,) = runs
+    assert r.data.tags[keys.TAG_KIND] == keys.KIND_RERUN and r.data.tags[keys.TAG_SEED] == "3"
+    assert r.info.status == "FINISHED" and keys.TAG_PARENT not in r.data.tags
+
+
+def test_resume_runs_only_the_unfinished_seeds(tmp_path, store):
+    app = _app(tmp_path, PLAIN_APP)
+    args = ["-m", "seed=range(5)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    first = _run(app, args, env_extra={"CRASH_SEED": "1"})
+    assert first.returncode == 1
+    second = _run(app, [*args, "hydra.callbacks.recipe_audit.resume=true"])
+    assert second.returncode == 0, second.stderr[-3000:]
+    out = second.stdout + second.stderr
+    assert out.count("skipped (resume)") == 4 and "seed 1: val_accuracy=" in out
+    _, runs = _runs(store)
+    assert len(_kind(runs, keys.KIND_SWEEP)) == 1  # the same sweep, reopened
+    seeds = sorted(int(r.data.tags[keys.TAG_SEED]) for r in _kind(runs, keys.KIND_RERUN))
+    assert seeds == [0, 1, 1, 2, 3, 4]
+    third = _run(app, [*args, "hydra.callbacks.recipe_audit.resume=true"])  # nothing left to run
+    assert third.returncode == 0 and "nothing to run" in third.stdout + third.stderr
+    assert len(_kind(_runs(store)[1], keys.KIND_RERUN)) == 6
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["hydra.callbacks.recipe_audit.metrc=x"], "metrc"),  # a typo: Hydra's own message
+    (["hydra/callbacks=recipe_audit"], "hydra.callbacks.recipe_audit.metric names no metric"),
+    (["hydra.callbacks.recipe_audit.seed_key=trainer.seed"], "seed key 'trainer.seed' is not in the app's config"),
+    (["hydra.callbacks.recipe_audit.eps=1.5"], "hydra.callbacks.recipe_audit.eps must lie strictly between 0 and 1"),
+    (["hydra.callbacks.recipe_audit.taus=[]"], "is empty"),
+    (["seed=a,b"], "seed values must be integers"),
+    (["hydra.callbacks.recipe_audit.tracking_uri=http://u:secret@127.0.0.1:9"],
+     "The MLflow tracking server at http://u:***@127.0.0.1:9 is not reachable"),
+])
+def test_bad_input_stops_before_any_job(tmp_path, store, args, needle):
+    app = _app(tmp_path, PLAIN_APP)
+    base = PLUGIN if args[0].startswith("hydra.callbacks") else []
+    cmd = ["-m", *([] if args[0].startswith("seed=") else ["seed=range(3)"]), *base, *args]
+    if args[0].startswith("seed="):
+        cmd = ["-m", *PLUGIN, *args]
+    proc = _run(app, cmd, timeout=120)
+    assert proc.returncode != 0
+    assert needle in proc.stderr, proc.stderr[-2000:]
+    assert "secret" not in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert _kind(_runs(store)[1], keys.KIND_RERUN) == []  # no job ran
+
+
+def test_a_metric_no_job_logged_is_named(tmp_path, store):
+    app = _app(tmp_path, PLAIN_APP)
+    proc = _run(app, ["-m", "seed=range(2)", "hydra/callbacks=recipe_audit",
+                      "hydra.callbacks.recipe_audit.metric=eval_acc", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert out.count("eval_acc never logged") == 2 and "eval_acc" in proc.stderr.splitlines()[-1]
+    assert "Traceback" not in proc.stderr
