@@ -19,6 +19,14 @@ SMALL = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _no_sweep_leaks():
+    """A test that opens a sweep in this process (tracking.start_sweep publishes it in the
+    environment for its jobs) must not hand it to the next test's subprocesses."""
+    yield
+    os.environ.pop("RECIPE_AUDIT_SWEEP", None)
+
+
 @pytest.fixture
 def store(tmp_path, monkeypatch):
     """A fresh SQLite tracking URI; MLFLOW_TRACKING_URI points at it for the test's duration."""

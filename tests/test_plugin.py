@@ -38,12 +38,12 @@ main()
 '''
 
 BARE_APP = '''
-import random
+import os, random
 import hydra
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg):
-    if cfg.seed == cfg.collapse_seed:
+    if cfg.seed == cfg.collapse_seed or os.environ.get("COLLAPSE_ALL"):
         return 0.5
     return 0.85 + 0.1 * random.Random(cfg.seed).random()
 
@@ -71,7 +71,8 @@ def _app(tmp_path, source: str):
 
 
 def _run(app, args, env_extra=None, timeout=600):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_RUN")}
+    # as from a user's shell: no run or sweep of another test's process
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_RUN", "RECIPE_AUDIT_"))}
     env.update({"HYDRA_FULL_ERROR": "0", **(env_extra or {})})
     return subprocess.run([sys.executable, "train.py", *args], cwd=app, env=env, capture_output=True, text=True,
                           timeout=timeout)
@@ -214,3 +215,28 @@ def test_a_metric_no_job_logged_is_named(tmp_path, store):
     out = proc.stdout + proc.stderr
     assert out.count("eval_acc never logged") == 2 and "eval_acc" in proc.stderr.splitlines()[-1]
     assert "Traceback" not in proc.stderr
+
+
+def test_the_curtailing_sweeper_stops_a_users_sweep(tmp_path, store):
+    """hydra/sweeper=curtail works for a user's app: it reads the callback's metric and what the
+    callback recorded for each job; a recipe whose reruns all collapse stops after one batch."""
+    app = _app(tmp_path, BARE_APP)
+    sweep_dir = tmp_path / "sweep"
+    proc = _run(app, ["-m", "seed=range(30)", "hydra/sweeper=curtail", "hydra.sweeper.batch_size=4", *PLUGIN,
+                      f"hydra.sweep.dir={sweep_dir}"], env_extra={"COLLAPSE_ALL": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reruns = _kind(_runs(store)[1], keys.KIND_RERUN)
+    assert sorted(int(r.data.tags[keys.TAG_SEED]) for r in reruns) == [0, 1, 2, 3]
+    cell = json.loads((sweep_dir / "card" / "card.json").read_text())["cells"][0]
+    assert (cell["n_reruns"], cell["n_failures"]) == (4, 4)
+    assert cell["curtailment"]["n_planned"] == 30 and cell["curtailment"]["stopped_early"]
+
+
+def test_only_the_main_process_writes_under_a_multi_process_launch(tmp_path, store):
+    """Under accelerate launch / torchrun (RANK set) only rank 0 opens runs and the card; another
+    rank runs the same jobs and writes nothing of recipe_audit's."""
+    app = _app(tmp_path, BARE_APP)
+    proc = _run(app, ["-m", "seed=range(2)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                env_extra={"RANK": "1", "WORLD_SIZE": "2"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _runs(store)[1] == [] and not (tmp_path / "sweep" / "card").exists()

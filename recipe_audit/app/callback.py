@@ -210,8 +210,9 @@ class RecipeAuditCallback(Callback):
             sweep = tracking.reopen_sweep(store, seeds, sweep_dir, overrides, write=_rank() == 0)
         if sweep is not None:
             left = self._unfinished_seeds(store, sweep, config)
-            log.info("resuming sweep %s: %d of %d planned seeds to run", sweep.sweep_id, len(left),
-                     len(sweep.planned_seeds))
+            if _rank() == 0:
+                log.info("resuming sweep %s: %d of %d planned seeds to run", sweep.sweep_id, len(left),
+                         len(sweep.planned_seeds))
             if not left:
                 self.sweep = sweep
                 if _rank() == 0:
@@ -238,7 +239,7 @@ class RecipeAuditCallback(Callback):
         n_recipes = _n_recipes(config, self.seed_key)
         done = tracking.finished_seeds(store, sweep, self.metrics)
         skipped = [s for s in sweep.planned_seeds if n_recipes is not None and len(done.get(s, ())) >= n_recipes]
-        for s in skipped:
+        for s in skipped if _rank() == 0 else ():
             log.info("seed %d: finished rerun exists for every recipe, skipped (resume)", s)
         return [s for s in sweep.planned_seeds if s not in skipped]
 
