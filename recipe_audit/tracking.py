@@ -30,6 +30,8 @@ class TrackingError(RuntimeError):
 
 
 DEFAULT_STORE_DIR = "mlruns"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
 _MAX_PARAMS_PER_CALL = 100
 _MAX_METRICS_PER_CALL = 1000
 
@@ -118,7 +120,10 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
     try:
         exp = client.get_experiment_by_name(experiment_name)
         if exp is None:
-            exp_id = client.create_experiment(experiment_name, artifact_location=_default_artifact_location(uri))
+            # MLflow 3's UI opens an experiment of this kind on its runs table ("Model training"),
+            # not on the GenAI overview (traces, an assistant)
+            exp_id = client.create_experiment(experiment_name, artifact_location=_default_artifact_location(uri),
+                                              tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
         elif exp.lifecycle_stage != "active":
             raise TrackingError(f"Experiment '{experiment_name}' in {uri} is deleted; restore it or pick another name.")
         else:
@@ -598,10 +603,11 @@ _PARAM_KEY_OK = __import__("re").compile(r"^[\w./\- ]{1,250}$")
 
 def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None = None,
                 returned: Mapping[str, float] | None = None, error: BaseException | None = None,
-                metrics: Iterable[str] = ()) -> dict[str, Any]:
+                metrics: Iterable[str] = (), tags_for=None) -> dict[str, Any]:
     """End a rerun's run with the truth, whatever the job's code did to it: the params and the
     returned metrics it did not log itself, the error (FAILED) or FINISHED. Returns the outcome:
-    ``{"run_id", "status", "metrics": {metric: last value or None}, "error"}``."""
+    ``{"run_id", "status", "metrics": {metric: last value or None}, "error"}``. ``tags_for``
+    maps that outcome to tags set on the run before it closes (the pass/fail tags per bar)."""
     from mlflow.entities import Metric, Param
 
     client = store.client
@@ -628,5 +634,43 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
             client.log_text(run_id, "".join(traceback.format_exception(error)), "error.txt")
         except Exception:  # noqa: BLE001 - the status matters more than the traceback
             pass
+    if tags_for is not None:
+        tag_rerun_bars(store, run_id, tags_for(outcome))
     client.set_terminated(run_id, outcome["status"])
     return outcome
+
+
+def tag_sweep_with_cards(info: SweepInfo, entries: list[dict[str, Any]], description: str) -> None:
+    """Put the sweep's card where the runs table shows it: on the sweep's parent run, the verdict
+    as a tag and U, L, N, k as metrics (for one cell; several cells get one tag each, keyed by
+    the cell's label and τ) and the card's summary as the run's description."""
+    from mlflow.entities import Metric, RunTag
+
+    client = _client(info.tracking_uri)
+    now = int(time.time() * 1000)
+    tags, metrics = [RunTag("mlflow.note.content", description[:20000])], []
+    cells = {e["label"] for e in entries}
+    for i, e in enumerate(entries):
+        if len(cells) == 1:  # one recipe: the first τ plain, like a card run; others suffixed
+            sfx = "" if i == 0 else f"/tau_{e['tau']:g}"
+        else:
+            slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(e["label"]))[:120]
+            sfx = f"/{slug}/tau_{e['tau']:g}"
+        tags.append(RunTag(keys.PREFIX + "verdict" + sfx, str(e["verdict"])))
+        for name in ("upper_bound", "lower_bound", "n_reruns", "n_failures"):
+            if e.get(name) is not None:
+                metrics.append(Metric(name + sfx, float(e[name]), now, 0))
+    if len(cells) > 1:
+        ok = sum(1 for e in entries if e["verdict"] == "release-supported")
+        tags.append(RunTag(keys.PREFIX + "verdict", f"{ok} of {len(entries)} cells release-supported"))
+    for i in range(0, max(len(tags), len(metrics)), _MAX_PARAMS_PER_CALL):
+        client.log_batch(info.parent_run_id, metrics=metrics[i:i + _MAX_PARAMS_PER_CALL],
+                         tags=tags[i:i + _MAX_PARAMS_PER_CALL])
+
+
+def tag_rerun_bars(store: Store, run_id: str, tags: Mapping[str, str]) -> None:
+    """Pass/fail tags of one rerun (``recipe_audit.fails_tau_0.7 = true``), so a search lists the failures."""
+    from mlflow.entities import RunTag
+
+    if tags:
+        store.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])

@@ -123,6 +123,7 @@ class RecipeAuditCallback(Callback):
         self._job: _Job | None = None
         self._uri: str | None = None
         self._experiment: str | None = None
+        self._progress: _Progress | None = None
 
     # -- options ----------------------------------------------------------------------------
 
@@ -225,6 +226,8 @@ class RecipeAuditCallback(Callback):
         if sweep is None:
             sweep = tracking.start_sweep(store, seeds, sweep_dir, overrides)
         self.sweep = sweep
+        self._progress = _Progress(os.getpid(), len(_launched_seeds(config, self.seed_key, sweep))
+                                   * (_n_recipes(config, self.seed_key) or 1))
         from ..uris import mask_credentials
 
         log.info("sweep %s: %d planned seeds, parent run %s in %s", sweep.sweep_id, len(sweep.planned_seeds),
@@ -263,18 +266,22 @@ class RecipeAuditCallback(Callback):
                   "them as failures.", code=1)
 
     def _cards(self, sweep, config: DictConfig) -> None:
+        from .. import tracking
         from ..cards.build import CardError
-        from ..cards.sweep import cards_for_sweep
+        from ..cards.sweep import cards_for_sweep, summary_markdown
 
         opts = self.card_options(config)
         sweep_dir = Path(str(config.hydra.sweep.dir))
+        docs = []
         for metric in self.metrics:
             stem = "card" if len(self.metrics) == 1 else "card-" + "".join(
                 c if c.isalnum() or c in "-_." else "_" for c in metric)
             try:
-                cards_for_sweep(sweep, metric, opts, sweep_dir, stem=stem)
+                docs.append(cards_for_sweep(sweep, metric, opts, sweep_dir, stem=stem))
             except CardError as exc:
                 _stop(f"no card for metric '{metric}' of sweep {sweep.sweep_id}: {exc}")
+        # the verdict where the runs table shows it: on the sweep's own row
+        tracking.tag_sweep_with_cards(sweep, [e for d in docs for e in d["cells"]], summary_markdown(docs))
 
     # -- every job, in the job's own process --------------------------------------------------------
 
@@ -364,15 +371,35 @@ class RecipeAuditCallback(Callback):
         outcome = tracking.close_rerun(store, job.rerun.run_id, params=job.params,
                                        returned=_returned_metrics(returned, self.metrics),
                                        error=error if isinstance(error, BaseException) else None,
-                                       metrics=self.metrics)
+                                       metrics=self.metrics, tags_for=self.bar_tags)
         outcome["recipe_id"] = job.rerun.recipe_id
         job_return.recipe_audit = outcome  # read by recipe_audit's curtailing sweeper
         self._report(job, outcome)
+        if self._progress is not None and self._progress.pid == os.getpid():  # jobs in this process
+            self._progress.step(any(self.fails(outcome, self.metrics[0])[:1]), self.taus[0])
         multirun = str(OmegaConf.select(config, "hydra.mode")) == "RunMode.MULTIRUN"
         if failed and multirun:
             # the rerun is recorded as FAILED; the sweep goes on (see the module docstring)
             job_return.status = JobStatus.COMPLETED
             job_return._return_value = None
+
+    def fails(self, outcome: dict[str, Any], metric: str) -> list[bool]:
+        """Per τ: does this rerun fail the bar? One that did not finish, or never logged the
+        metric (or logged NaN), fails every bar, as the card counts it."""
+        v = outcome["metrics"].get(metric) if outcome["status"] == "FINISHED" else None
+        if v is None or not math.isfinite(v):
+            return [True] * len(self.taus)
+        return [(v < t) if self.higher_is_better else (v > t) for t in self.taus]
+
+    def bar_tags(self, outcome: dict[str, Any]) -> dict[str, str]:
+        """``recipe_audit.fails_tau_<τ>`` = ``true``/``false`` for each bar (with the metric in the
+        name, ``recipe_audit.fails.<metric>.tau_<τ>``, when the card has several metrics)."""
+        out = {}
+        for m in self.metrics:
+            for t, bad in zip(self.taus, self.fails(outcome, m), strict=True):
+                key = f"fails_tau_{float(t):g}" if len(self.metrics) == 1 else f"fails.{m}.tau_{float(t):g}"
+                out[f"recipe_audit.{key}"] = "true" if bad else "false"
+        return out
 
     def _report(self, job: _Job, outcome: dict[str, Any]) -> None:
         secs = time.monotonic() - job.started
@@ -389,6 +416,39 @@ class RecipeAuditCallback(Callback):
             bad = [t for t in self.taus if (v < t if self.higher_is_better else v > t)]
             parts.append(f"{m}={v:.3f}" + (f", fails the bar τ = {', '.join(f'{t:g}' for t in bad)}" if bad else ""))
         log.info("%s: %s (%.1fs) run %s", job.label, "; ".join(parts), secs, job.rerun.run_id)
+
+
+@dataclass
+class _Progress:
+    """The sweep's progress, printed after each job when the jobs run in the launching process
+    (parallel launchers print their own per-job lines)."""
+
+    pid: int
+    total: int
+    done: int = 0
+    failed: int = 0
+    t0: float = field(default_factory=time.monotonic)
+
+    def step(self, failed: bool, tau: float) -> None:
+        self.done += 1
+        self.failed += int(failed)
+        elapsed = time.monotonic() - self.t0
+        left = max(self.total - self.done, 0)
+        eta = elapsed / self.done * left
+        log.info("rerun %d/%d done, %d failed the bar τ = %g so far, %s", self.done, self.total, self.failed, tau,
+                 f"about {_duration(eta)} left" if left else f"all done in {_duration(elapsed)}")
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def _launched_seeds(config: DictConfig, seed_key: str, sweep) -> list[int]:
+    try:
+        return planned_seeds(config, seed_key)  # after a resume: the seeds left to run
+    except OptionError:
+        return list(sweep.planned_seeds)
 
 
 # ---------------------------------------------------------------------------------------------------

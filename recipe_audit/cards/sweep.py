@@ -56,3 +56,18 @@ def cards_for_sweep(sweep, metric: str, opts: CardOptions, sweep_dir: Path | Non
     print_summary(doc, files)
     print(f"Card runs in MLflow: {', '.join(run_ids)}")
     return doc
+
+
+def summary_markdown(docs: list[dict[str, Any]]) -> str:
+    """The verdicts of a sweep's cards as a short Markdown table: the sweep run's description."""
+    lines = []
+    for doc in docs:
+        o = doc["options"]
+        lines += [f"**recipe_audit card** on `{doc['source']['metric']}` (ε = {o['eps']:g}, δ = {o['delta']:g})", "",
+                  "| recipe | τ | failures / N | U | verdict |", "|---|---|---|---|---|"]
+        for e in doc["cells"]:
+            u = "" if e["upper_bound"] is None else f"{e['upper_bound']:.3f}"
+            lines.append(f"| {str(e['label']).replace('|', '/')} | {e['tau']:g} | {e['n_failures']}/{e['n_reruns']} "
+                         f"| {u} | **{e['verdict']}** |")
+        lines.append("")
+    return "\n".join(lines)
