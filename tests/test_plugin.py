@@ -136,6 +136,16 @@ def test_a_users_sweep_becomes_reruns_and_a_card(tmp_path, store, launcher):
     assert (cell["n_reruns"], cell["n_failures"], cell["tau"]) == (6, 2, 0.7)  # the crash and the collapse
     assert cell["verdict"] == "insufficient-evidence"  # 6 reruns are under the sample floor of 22
     assert [u["seed"] for u in cell["unfinished"]] == [2]
+    # where people look: the experiment opens on its runs; the sweep's row shows the verdict;
+    # a search lists the reruns that failed the bar
+    assert client.get_experiment_by_name("train").tags["mlflow.experimentKind"] == "custom_model_development"
+    parent = client.get_run(parent.info.run_id)
+    assert parent.data.tags["recipe_audit.verdict"] == "insufficient-evidence"
+    assert (parent.data.metrics["n_reruns"], parent.data.metrics["n_failures"]) == (6, 2)
+    assert "| 0.7 | 2/6 |" in parent.data.tags["mlflow.note.content"]
+    failing = {int(r.data.tags[keys.TAG_SEED]) for r in client.search_runs(
+        [parent.info.experiment_id], "tags.`recipe_audit.fails_tau_0.7` = 'true'")}
+    assert failing == {2, 4}
     (card_run,) = _kind(runs, keys.KIND_CARD)
     arts = {a.path for a in client.list_artifacts(card_run.info.run_id)}
     assert {"card.json", "card.md"} <= arts
