@@ -250,3 +250,20 @@ def test_only_the_main_process_writes_under_a_multi_process_launch(tmp_path, sto
                 env_extra={"RANK": "1", "WORLD_SIZE": "2"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _runs(store)[1] == [] and not (tmp_path / "sweep" / "card").exists()
+
+
+def test_the_callback_named_by_target_in_the_apps_own_config(tmp_path, store):
+    app = _app(tmp_path, BARE_APP)
+    with open(app / "conf" / "config.yaml", "a") as f:
+        f.write(textwrap.dedent("""
+            hydra:
+              callbacks:
+                recipe_audit:
+                  _target_: recipe_audit.app.callback.RecipeAuditCallback
+                  metric: val_accuracy
+                  taus: [0.6, 0.9]
+            """))
+    proc = _run(app, ["-m", "seed=range(3)", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = json.loads((tmp_path / "sweep" / "card" / "card.json").read_text())["cells"]
+    assert [(c["tau"], c["n_reruns"]) for c in cells] == [(0.6, 3), (0.9, 3)]
