@@ -116,15 +116,19 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
     check_reachable(uri)
     from mlflow.exceptions import MlflowException
 
-    client = _client(uri)
     try:
-        exp = client.get_experiment_by_name(experiment_name)
-        if exp is None:
-            # MLflow 3's UI opens an experiment of this kind on its runs table ("Model training"),
-            # not on the GenAI overview (traces, an assistant)
-            exp_id = client.create_experiment(experiment_name, artifact_location=_default_artifact_location(uri),
-                                              tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
-        elif exp.lifecycle_stage != "active":
+        # several sweeps starting together on a new SQLite store would race to create MLflow's
+        # tables and the experiment: the first does it, under a lock, the others then find both
+        with _store_lock(uri):
+            client = _client(uri)
+            exp = client.get_experiment_by_name(experiment_name)
+            if exp is None:
+                # MLflow 3's UI opens an experiment of this kind on its runs table ("Model
+                # training"), not on the GenAI overview (traces, an assistant)
+                client.create_experiment(experiment_name, artifact_location=_default_artifact_location(uri),
+                                         tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+                exp = client.get_experiment_by_name(experiment_name)
+        if exp.lifecycle_stage != "active":
             raise TrackingError(f"Experiment '{experiment_name}' in {uri} is deleted; restore it or pick another name.")
         else:
             exp_id = exp.experiment_id
@@ -137,6 +141,24 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
     store = Store(uri, exp_id, experiment_name)
     _STORES[key] = store
     return store
+
+
+@contextmanager
+def _store_lock(uri: str):
+    """An exclusive lock beside a local SQLite store (``mlflow.db.lock``) for the first look at it;
+    other stores (servers, PostgreSQL) serialise on their own."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    db = Path(uri[len("sqlite:///"):])
+    with open(db.parent / (db.name + ".lock"), "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @contextmanager

@@ -267,3 +267,21 @@ def test_the_callback_named_by_target_in_the_apps_own_config(tmp_path, store):
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = json.loads((tmp_path / "sweep" / "card" / "card.json").read_text())["cells"]
     assert [(c["tau"], c["n_reruns"]) for c in cells] == [(0.6, 3), (0.9, 3)]
+
+
+@pytest.mark.slow
+def test_concurrent_sweeps_on_a_new_store_each_get_their_parent_and_card_ci(tmp_path, store):
+    """Four sweeps started together on a store that does not exist yet: MLflow's tables and the
+    experiment are created once, under a lock, and every sweep gets its parent run, its reruns
+    and its card."""
+    app = _app(tmp_path, BARE_APP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_RUN", "RECIPE_AUDIT_"))}
+    procs = [subprocess.Popen([sys.executable, "train.py", "-m", "seed=range(2)", *PLUGIN,
+                               f"hydra.sweep.dir={tmp_path / f'sweep{i}'}"], cwd=app, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [o[1][-1500:] for o in outs]
+    _, runs = _runs(store)
+    assert len(_kind(runs, keys.KIND_SWEEP)) == 4 and len(_kind(runs, keys.KIND_RERUN)) == 8
+    assert len(_kind(runs, keys.KIND_CARD)) == 4
+    assert all((tmp_path / f"sweep{i}" / "card" / "card.json").is_file() for i in range(4))

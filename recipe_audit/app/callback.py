@@ -247,11 +247,20 @@ class RecipeAuditCallback(Callback):
         return [s for s in sweep.planned_seeds if s not in skipped]
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from .. import tracking
-
         if self.sweep is None or _rank() != 0:
             return
         sweep, self.sweep = self.sweep, None
+        try:
+            self._end(sweep, config)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a store that went away, a full disk: say so, exit non-zero
+            _stop(f"the end of sweep {sweep.sweep_id} could not be recorded ({_one_line(exc)}); the reruns "
+                  "that finished are in the store: compute the card with `recipe-audit card` once it is back.")
+
+    def _end(self, sweep, config: DictConfig) -> None:
+        from .. import tracking
+
         for run_id in tracking.close_dead_reruns(sweep):  # every job has returned
             log.warning("rerun %s never finished (its process died): recorded as KILLED", run_id)
         tracking.end_sweep(sweep)
