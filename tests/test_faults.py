@@ -109,7 +109,9 @@ def test_sigkill_rerun_is_unfinished_on_the_card_ci(store, tmp_path):
         ["-m", "hydra/launcher=cluster_local", "seed=range(3)", f"hydra.sweep.dir={sweep_dir}",
          *_fault_args(max_steps=600)],  # 4-5 s of training a seed here
         tmp_path, store, sweep_dir, seed=1, after_s=0.2, output=tmp_path / "sweep.log")
-    assert proc.returncode == 0, out[-3000:]
+    # the card is written; the exit status says that a rerun did not finish
+    assert proc.returncode == 1, out[-3000:]
+    assert "did not finish: seed 1 (killed)" in out
     assert pid != proc.pid  # seed 1's job process, not the sweep
     assert out.count("Recipe cards (") == 1
     seeds = _by_seed(_runs(store))
