@@ -1,0 +1,1 @@
+"""The LightningModule and LightningDataModule of examples/lightning (the ``_target_`` of its configs)."""
