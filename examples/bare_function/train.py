@@ -10,7 +10,7 @@ Run it alone, or sweep seeds:
 with the recipe_audit plugin (which records the returned value under the metric name given):
 
     python examples/bare_function/train.py -m 'seed=range(6)' \
-        +hydra/callbacks=recipe_audit hydra.callbacks.recipe_audit.metric=val_accuracy
+        hydra/callbacks=recipe_audit hydra.callbacks.recipe_audit.metric=val_accuracy
 
 Metric: the return value, the validation accuracy (README: ``val_accuracy``). ``crash_seed=N``
 makes seed N raise halfway through training; ``collapse_seed=N`` makes seed N predict a single class.

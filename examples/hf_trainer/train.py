@@ -14,7 +14,7 @@ Run it alone, or sweep seeds:
 with the recipe_audit plugin:
 
     python examples/hf_trainer/train.py -m 'seed=range(6)' \
-        +hydra/callbacks=recipe_audit hydra.callbacks.recipe_audit.metric=eval_accuracy
+        hydra/callbacks=recipe_audit hydra.callbacks.recipe_audit.metric=eval_accuracy
 
 Metric: ``eval_accuracy`` (evaluated after every epoch; ``compute_metrics`` returns ``accuracy``).
 ``crash_seed=N`` makes seed N raise halfway through training; ``collapse_seed=N`` makes seed N

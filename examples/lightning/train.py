@@ -12,7 +12,7 @@ Run it alone, or sweep seeds:
 with the recipe_audit plugin:
 
     python examples/lightning/train.py -m 'seed=range(6)' \
-        +hydra/callbacks=recipe_audit hydra.callbacks.recipe_audit.metric=val_acc
+        hydra/callbacks=recipe_audit hydra.callbacks.recipe_audit.metric=val_acc
 
 Metric: ``val_acc`` (after every epoch; also ``train_loss``, ``val_loss``). ``crash_seed=N`` makes
 seed N raise halfway through training; ``collapse_seed=N`` makes seed N predict a single class.

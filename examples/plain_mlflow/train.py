@@ -13,7 +13,7 @@ Run it alone, or sweep seeds:
 with the recipe_audit plugin:
 
     python examples/plain_mlflow/train.py -m 'seed=range(6)' \
-        +hydra/callbacks=recipe_audit hydra.callbacks.recipe_audit.metric=val_accuracy
+        hydra/callbacks=recipe_audit hydra.callbacks.recipe_audit.metric=val_accuracy
 
 Metric: ``val_accuracy``. ``crash_seed=N`` makes seed N raise halfway through training;
 ``collapse_seed=N`` makes seed N predict a single class.

@@ -1,0 +1,109 @@
+"""The client examples (``examples/``): each Hydra app, which knows nothing about recipe_audit,
+swept over 6 seeds with the plugin on the command line, one seed made to crash or collapse, with
+Hydra's basic and joblib launchers. Checked: the card's N, k and verdict, and that every rerun's
+run holds the client's own logged metrics (so its logging went into the rerun, not elsewhere).
+
+The plain-MLflow and bare-function apps are fast and run by default; the Hugging Face ``Trainer``
+and Lightning apps import their frameworks in every process and are marked slow (the ``_ci`` ones
+run in CI). They need the ``examples`` extra (``pytorch-lightning``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from recipe_audit import keys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass(frozen=True)
+class Example:
+    name: str
+    metric: str
+    own_metrics: tuple[str, ...]  # what the client logs itself (or returns)
+
+
+EXAMPLES = {
+    "plain_mlflow": Example("plain_mlflow", "val_accuracy", ("loss", "val_accuracy")),
+    "bare_function": Example("bare_function", "val_accuracy", ("val_accuracy",)),
+    "hf_trainer": Example("hf_trainer", "eval_accuracy", ("eval_accuracy", "eval_loss")),
+    "lightning": Example("lightning", "val_acc", ("val_acc",)),
+}
+LAUNCHERS = {"basic": [], "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]}
+
+
+def _sweep(tmp_path, ex: Example, launcher: str, fault: str):
+    sweep_dir = tmp_path / "sweep"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_RUN", "RECIPE_AUDIT_"))}
+    env["HYDRA_FULL_ERROR"] = "0"
+    env["OMP_NUM_THREADS"] = "1"  # two joblib workers on two cores: no oversubscription
+    args = [sys.executable, os.path.join(REPO, "examples", ex.name, "train.py"), "-m", "seed=range(6)",
+            "hydra/callbacks=recipe_audit", f"hydra.callbacks.recipe_audit.metric={ex.metric}",
+            f"{fault}_seed=2", f"hydra.sweep.dir={sweep_dir}", *LAUNCHERS[launcher]]
+    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    return proc, sweep_dir
+
+
+def _check(tmp_path, store, ex: Example, launcher: str, fault: str):
+    from mlflow.tracking import MlflowClient
+
+    proc, sweep_dir = _sweep(tmp_path, ex, launcher, fault)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    # a crash fails the exit status (after the card); a collapse is a result, not an error
+    assert proc.returncode == (1 if fault == "crash" else 0), proc.stderr[-3000:]
+    client = MlflowClient(tracking_uri=store)
+    exp = client.get_experiment_by_name("train")
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    (parent,) = [r for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_SWEEP]
+    reruns = {int(r.data.tags[keys.TAG_SEED]): r for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_RERUN}
+    assert sorted(reruns) == list(range(6))
+    # nothing the client logged went to a run of its own outside the sweep
+    assert {r.data.tags.get(keys.TAG_KIND) for r in runs} == {keys.KIND_SWEEP, keys.KIND_RERUN, keys.KIND_CARD}
+    assert len({r.data.tags[keys.TAG_RECIPE_ID] for r in reruns.values()}) == 1
+    for seed, r in reruns.items():
+        assert r.data.tags[keys.TAG_PARENT] == parent.info.run_id
+        if fault == "crash" and seed == 2:
+            assert r.info.status == "FAILED" and "injected crash" in r.data.tags[keys.TAG_ERROR]
+            continue
+        assert r.info.status == "FINISHED", (seed, r.data.tags.get(keys.TAG_ERROR))
+        for m in ex.own_metrics:
+            assert m in r.data.metrics, (seed, m, sorted(r.data.metrics))
+        collapsed = fault == "collapse" and seed == 2
+        assert (r.data.metrics[ex.metric] < 0.7) == collapsed, (seed, r.data.metrics[ex.metric])
+    (cell,) = json.loads((sweep_dir / "card" / "card.json").read_text())["cells"]
+    assert (cell["n_reruns"], cell["n_failures"], cell["tau"]) == (6, 1, 0.7)
+    assert cell["verdict"] == "insufficient-evidence"  # 6 reruns: below the sample floor of 22
+    assert [u["seed"] for u in cell["unfinished"]] == ([2] if fault == "crash" else [])
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("name, fault", [("plain_mlflow", "crash"), ("bare_function", "collapse")])
+def test_light_examples(tmp_path, store, name, fault, launcher):
+    _check(tmp_path, store, EXAMPLES[name], launcher, fault)
+
+
+@pytest.mark.slow
+def test_hf_trainer_basic_ci(tmp_path, store):
+    _check(tmp_path, store, EXAMPLES["hf_trainer"], "basic", "crash")
+
+
+@pytest.mark.slow
+def test_hf_trainer_joblib(tmp_path, store):
+    _check(tmp_path, store, EXAMPLES["hf_trainer"], "joblib", "collapse")
+
+
+@pytest.mark.slow
+def test_lightning_joblib_ci(tmp_path, store):
+    _check(tmp_path, store, EXAMPLES["lightning"], "joblib", "crash")
+
+
+@pytest.mark.slow
+def test_lightning_basic(tmp_path, store):
+    _check(tmp_path, store, EXAMPLES["lightning"], "basic", "collapse")
