@@ -42,8 +42,8 @@ class RecipeAuditCallbackConfig:
 
 
 def register() -> None:
-    """Store the schema (idempotent) as ``recipe_audit_schemas/callback``."""
+    """Store the schema (idempotent) as ``hydra/recipe_audit_schemas/callback`` (under hydra/: not one of the app's groups in its --help)."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(group="recipe_audit_schemas", name="callback",
+    ConfigStore.instance().store(group="hydra/recipe_audit_schemas", name="callback",
                                  node=RecipeAuditCallbackConfig, provider="recipe_audit")
