@@ -10,7 +10,9 @@ Two steps, both pure reads of the store:
 2. :func:`collect_reruns` groups the rows into cells (one recipe identity x one combination of the
    ``group_by`` values) and resolves each cell to a :class:`RerunSet`: one result per seed, with the
    unfinished reruns (crashed, killed, still running, NaN metric, metric missing, planned but never
-   logged) and the duplicated seeds listed, as SPEC.md section 1.2 requires.
+   logged) and the duplicated seeds listed. A seed with several finished results counts its worst
+   one (a rerun of a seed is another draw, not a second chance); :class:`Duplicate` says which run
+   decided and whether the results disagree about a bar.
 
 Key naming follows MLflow's: ``params.X``, ``tags.X``, ``metrics.X``, ``attributes.X`` (for example
 ``params.seed`` or ``tags.recipe_audit.seed``). Metric keys of :func:`read_runs` are bare metric
@@ -29,7 +31,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -39,6 +41,7 @@ from recipe_audit import keys
 
 __all__ = [
     "AUTO",
+    "Duplicate",
     "QueryError",
     "REASONS",
     "RerunSet",
@@ -874,6 +877,84 @@ def _seed_order(seed: int | float | str) -> tuple[int, Any]:
     return (1, seed) if isinstance(seed, str) else (0, seed)
 
 
+class Duplicate(NamedTuple):
+    """A seed logged by more than one run of one cell, and how it was resolved.
+
+    A *result* of a seed is a run that FINISHED and logged the metric (a finite value, or NaN/inf,
+    which fails every bar). A re-run seed is another draw from the recipe, not a second chance: the
+    seed counts its worst result (the lowest value, the highest for a lower-is-better metric; a
+    non-finite value is worse than any), so it fails a bar when ANY of its results fails it. Runs
+    that are not results (failed, killed, still running, finished without logging the metric) are
+    attempts, not draws: a killed attempt followed by a finished rerun counts the finished one. A
+    seed without any result counts its most recent run, unfinished.
+
+    Fields:
+        seed: the seed.
+        run_ids: its runs, oldest first (by start time, then run id).
+        values: the metric each run logged, NaN when absent.
+        results: per run, whether it is a result (FINISHED with the metric logged).
+        decided_by: the run the seed counts (the chosen run of :attr:`RerunSet.run_ids`).
+        higher_is_better: direction of the metric.
+    """
+
+    seed: Any
+    run_ids: tuple[str, ...]
+    values: tuple[float, ...]
+    results: tuple[bool, ...]
+    decided_by: str
+    higher_is_better: bool = True
+
+    @property
+    def counted_value(self) -> float:
+        """The value of the run the seed counts (NaN when it is not a result)."""
+        i = self.run_ids.index(self.decided_by)
+        return self.values[i] if self.results[i] else math.nan
+
+    def counts_as(self, tau: float) -> str:
+        """What the seed is at ``tau``: ``fail``, ``pass``, or ``unfinished`` (no result)."""
+        i = self.run_ids.index(self.decided_by)
+        if not self.results[i]:
+            return "unfinished"
+        return "fail" if _fails(self.values[i], tau, self.higher_is_better) else "pass"
+
+    def result_values(self) -> tuple[float, ...]:
+        """The values of the seed's results, oldest first."""
+        return tuple(v for v, ok in zip(self.values, self.results, strict=True) if ok)
+
+    @property
+    def nondeterministic(self) -> bool:
+        """Whether the seed's results differ (non-deterministic training)."""
+        return len({_value_key(v) for v in self.result_values()}) > 1
+
+    def fails(self, tau: float) -> list[bool]:
+        """Per result (in :meth:`result_values` order): does it fail the bar ``tau``?"""
+        return [_fails(v, tau, self.higher_is_better) for v in self.result_values()]
+
+    def disagrees(self, tau: float) -> bool:
+        """Whether the seed's results disagree about the bar ``tau`` (some fail it, some pass):
+        the seed then counts as failing, decided by :attr:`decided_by`."""
+        verdicts = set(self.fails(tau))
+        return len(verdicts) > 1
+
+
+def _value_key(v: float) -> Any:
+    return v if math.isfinite(v) else repr(v)
+
+
+def _fails(value: float, tau: float, higher_is_better: bool) -> bool:
+    """A result fails ``tau`` when it is non-finite or on the wrong side of the bar (equal passes)."""
+    if not math.isfinite(value):
+        return True
+    return value < tau if higher_is_better else value > tau
+
+
+def _badness(value: float, higher_is_better: bool) -> tuple[int, float]:
+    """Sort key of a result: larger is worse (non-finite worst of all)."""
+    if not math.isfinite(value):
+        return (1, 0.0)
+    return (0, -value if higher_is_better else value)
+
+
 @dataclass(frozen=True, eq=False)
 class RerunSet:
     """The reruns of one cell (recipe identity x group_by values), one result per seed.
@@ -891,10 +972,10 @@ class RerunSet:
         statuses: MLflow status of the chosen run per seed (``NEVER_LOGGED`` when there is none).
         unfinished: (seed, reason, run_id or None) for every unfinished seed, reason in
             :data:`REASONS`.
-        duplicates: (seed, run ids, metric values) for every seed logged by more than one run, runs
-            oldest first; values are the logged metrics (NaN when absent).
-        disagreeing_duplicates: seeds whose finished duplicates (FINISHED, finite metric) logged
-            different values (non-determinism).
+        duplicates: a :class:`Duplicate` for every seed logged by more than one run (its runs,
+            values, which of them are results, and the run the seed counts).
+        disagreeing_duplicates: seeds whose results (FINISHED, metric logged) differ
+            (non-determinism); whether they disagree about a bar is :meth:`Duplicate.disagrees`.
         sweep_run_ids: parent runs of this cell's runs.
         planned_seeds: the planned seeds that applied (from the argument or the parents' tags).
         higher_is_better: direction of the metric (used by :meth:`failures`).
@@ -909,7 +990,7 @@ class RerunSet:
     run_ids: tuple[str | None, ...]
     statuses: tuple[str, ...]
     unfinished: tuple[tuple[Any, str, str | None], ...]
-    duplicates: tuple[tuple[Any, tuple[str, ...], tuple[float, ...]], ...]
+    duplicates: tuple[Duplicate, ...]
     disagreeing_duplicates: tuple[Any, ...]
     sweep_run_ids: tuple[str, ...]
     planned_seeds: tuple[Any, ...] = ()
@@ -978,8 +1059,13 @@ def collect_reruns(
     equal group_by values but different recipe ids are separate cells, and so are runs with and
     without a recipe id.
 
-    Per seed, the chosen run is the most recent (by start time, then run id) FINISHED run with a
-    finite metric; when there is none, the most recent run, and the seed is unfinished with reason
+    Per seed, the chosen run is the seed's worst *result* (a FINISHED run that logged the metric):
+    the lowest value (the highest when lower is better), a NaN/inf value being worse than any, ties
+    going to the most recent run (by start time, then run id). A re-run seed is another draw, not a
+    second chance, so the seed fails a bar when any of its results fails it; runs that are not
+    results (failed, killed, running, metric never logged) are attempts and never outvote a result
+    (see :class:`Duplicate`). When a seed has no result, the chosen run is its most recent run,
+    and the seed is unfinished with reason
     ``failed`` (FAILED), ``killed`` (KILLED), ``running`` / ``stale-running`` (RUNNING or SCHEDULED,
     started less / more than ``stale_after_s`` before ``now_ms``), ``nan-metric`` (FINISHED, metric
     NaN or +/-inf) or ``missing-metric`` (FINISHED, metric never logged). Planned seeds no run logged
@@ -993,7 +1079,8 @@ def collect_reruns(
             ``planned_seeds`` and ``logged[<metric>]`` are used when present; without
             ``logged[<metric>]`` a NaN metric counts as missing).
         metric_key: the metric column.
-        higher_is_better: direction, stored on each RerunSet for :meth:`RerunSet.failures`.
+        higher_is_better: direction: which result of a re-run seed is the worst, and the
+            comparison of :meth:`RerunSet.failures`.
         planned_seeds: seeds planned for every cell, overriding the parents' tags.
         stale_after_s: age after which a RUNNING run counts as stale.
         now_ms: the present, in ms since the epoch (default: now).
@@ -1072,13 +1159,20 @@ def collect_reruns(
     group_first = np.flatnonzero(new_group)
     group_last = np.r_[group_first[1:] - 1, n_rows - 1]
     chosen = order[group_first].copy()
-    dup_rows: list[list[int]] = []  # rows of each seed launched more than once, oldest first
+    # a result: FINISHED with the metric logged (finite or not); the seed counts its worst result
+    result = (status == "FINISHED") & logged
+    hib = bool(higher_is_better)
+    dup_rows: list[tuple[list[int], int]] = []  # a re-run seed's rows, oldest first, and its chosen row
     for g in np.flatnonzero(group_last > group_first).tolist():
         rows = sorted(
             order[group_first[g] : group_last[g] + 1].tolist(), key=lambda i: (start_rank[i], run_id[i])
         )
-        dup_rows.append(rows)
-        chosen[g] = max(rows, key=lambda i: (bool(ok[i]), start_rank[i], run_id[i]))
+        chosen[g] = max(
+            rows,
+            key=lambda i: (bool(result[i]), _badness(float(value[i]), hib) if result[i] else (0, 0.0),
+                           start_rank[i], run_id[i]),
+        )
+        dup_rows.append((rows, int(chosen[g])))
     chosen_cell = cell[chosen]
     cell_bounds = np.r_[0, np.flatnonzero(np.diff(chosen_cell)) + 1, len(chosen)]
 
@@ -1093,15 +1187,21 @@ def collect_reruns(
         st = None if np.isnan(start[i]) else int(start[i])
         reason = _reason(status[i], bool(logged[i]), float(value[i]), st, now, stale_ms)
         unfinished_of.setdefault(int(cell[i]), []).append((chosen_seeds[j], reason, run_id[i]))
-    duplicates_of: dict[int, list[tuple[Any, tuple[str, ...], tuple[float, ...]]]] = {}
+    duplicates_of: dict[int, list[Duplicate]] = {}
     disagree_of: dict[int, list[Any]] = {}
-    for rows in dup_rows:
+    for rows, decided in dup_rows:
         c = int(cell[rows[0]])
         seed = uniq[int(seed_rank[rows[0]])]
-        duplicates_of.setdefault(c, []).append(
-            (seed, tuple(run_id[i] for i in rows), tuple(float(value[i]) for i in rows))
+        dup = Duplicate(
+            seed,
+            tuple(run_id[i] for i in rows),
+            tuple(float(value[i]) for i in rows),
+            tuple(bool(result[i]) for i in rows),
+            run_id[decided],
+            hib,
         )
-        if len({float(value[i]) for i in rows if ok[i]}) > 1:
+        duplicates_of.setdefault(c, []).append(dup)
+        if dup.nondeterministic:
             disagree_of.setdefault(c, []).append(seed)
     parents_of = _members(cell, parent, by_identity=False)
     planned_of = _members(cell, planned_col, by_identity=True)

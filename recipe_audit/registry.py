@@ -20,10 +20,15 @@ Where things live (a model version has no artifact store of its own):
 - the version's description: a table of every attached card, then the Markdown of the card
   attached last (dropped, with a link, when it would not fit MLflow's 5,000-character column).
 
-Everything is checked before anything is written (the card, the model, version or run, the card's
-cell for the version's recipe); a failure while writing undoes what this call wrote (the version
-it registered, the tags and description it changed, the card runs it logged): nothing is left
-half-attached.
+Everything is checked before anything is written (the model, version or run, the card's cell for
+the version's recipe, and the card itself: its digest over its content and files, and its cells
+recomputed from the tracking store, :func:`check_card`); a failure while writing undoes what this
+call wrote (the version it registered, the tags and description it changed, the card runs it
+logged): nothing is left half-attached.
+
+The gate passes a version only on cards computed within the release policy (:func:`release_policy`:
+the largest ε and δ a card may have, from flags, else the registered model's tags
+``recipe_audit.policy.max_eps`` / ``max_delta``, else 0.1 each).
 """
 
 from __future__ import annotations
@@ -51,6 +56,13 @@ REFUSED_SHIFT = "refused-shift"
 UNSUPPORTED = "unsupported"
 INSUFFICIENT = "insufficient-evidence"
 STALE = "card-does-not-verify"
+LOOSER_THAN_POLICY = "looser-than-policy"
+
+# the release policy: the loosest ε and δ a card may be computed at and still pass the gate
+DEFAULT_MAX_EPS = 0.10
+DEFAULT_MAX_DELTA = 0.10
+TAG_POLICY_MAX_EPS = keys.PREFIX + "policy.max_eps"  # tags on the registered model
+TAG_POLICY_MAX_DELTA = keys.PREFIX + "policy.max_delta"
 
 
 class RegistryError(ValueError):
@@ -222,7 +234,7 @@ def _card_fields(e: dict[str, Any], card_uri: str, card_digest: str, source_run_
     return {
         "verdict": e["verdict"], "upper_bound": num(e["upper_bound"]), "lower_bound": num(e["lower_bound"]),
         "n_reruns": str(e["n_reruns"]), "n_failures": num(e["n_failures"]), "tau": repr(float(e["tau"])),
-        "eps": repr(float(e["eps"])), "delta": repr(float(e["delta"])), "audit_set": str(e["audit_set"] or ""),
+        "eps": repr(float(e["eps"])), "delta": repr(float(e["delta"])), "audit_set": e["audit_set"] or e["metric"],
         "metric": e["metric"], "recipe_id": str(e["recipe_id"] or ""), "recipe": e.get("recipe_summary") or "",
         "reason": e["reason"], "card_uri": card_uri, "card_digest": card_digest, "reruns_digest": e["digest"],
         "experiment": experiment,
@@ -264,15 +276,49 @@ def _description(previous: str | None, cards: dict[str, dict[str, str]], latest_
     return short[:MAX_DESCRIPTION]
 
 
+def check_card(doc: dict[str, Any], cells: Sequence[dict[str, Any]], tracking_uri: str, card=None) -> None:
+    """Raise :class:`RegistryError` (one sentence) unless the card matches its own content (its
+    digest, and the files beside it when ``card``, a ``cards.verify.CardFiles``, says where it was
+    read from) and the ``cells`` to attach recompute from the tracking store."""
+    from .cards.verify import self_check, verify_card
+
+    own = self_check(doc, card)
+    if own:
+        f = own[0]
+        raise RegistryError(f"The card was not attached: it does not verify ({f.kind}: {f.message}).")
+    sub = _sub_document(doc, cells)
+    ver = verify_card(sub, tracking_uri)
+    if not ver.ok:
+        f = ver.findings[0]
+        more = f" (and {len(ver.findings) - 1} more difference(s))" if len(ver.findings) > 1 else ""
+        raise RegistryError(f"The card was not attached: it does not recompute from the tracking store "
+                            f"({f.kind}: {f.message}{more}).")
+
+
+def _sub_document(doc: dict[str, Any], cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The card of ``cells`` alone, sealed (the split audit, responsiveness and shift table are
+    about the other cells too)."""
+    import copy
+
+    from .cards.build import seal
+
+    sub = {k: v for k, v in doc.items() if k not in ("split_audit", "responsiveness", "shift")}
+    sub["cells"] = list(cells)
+    return seal(copy.deepcopy(sub))
+
+
 def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: str | None = None,
            run_id: str | None = None, audits: Sequence[str] = (), taus: Sequence[float] = (),
-           recipe_id: str | None = None, set_alias: str | None = None) -> AttachResult:
+           recipe_id: str | None = None, set_alias: str | None = None, card=None) -> AttachResult:
     """Attach the card ``doc`` (validated) to version ``version`` of ``model_name``, or to a new
-    version registered from the model rerun ``run_id`` logged. See the module docstring."""
+    version registered from the model rerun ``run_id`` logged. The card must verify first (its
+    digest over its content and, with ``card`` (a ``cards.verify.CardFiles``), the files beside
+    it; its cells recomputed from the store): else ``RegistryError`` and nothing is written. See
+    the module docstring."""
     from mlflow.exceptions import MlflowException
 
     from .cards.render import to_markdown
-    from .cards.store import log_card_runs
+    from .cards.store import log_card_runs_with_digests
 
     if (version is None) == (run_id is None):
         raise RegistryError("Name the model version with --version or register one with --run-id (one of them).")
@@ -309,6 +355,7 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
                             f"so the card cannot be kept beside its reruns.")
     if set_alias is not None and (not set_alias or set_alias.isdigit()):
         raise RegistryError(f"An alias must be a name, not '{set_alias}'.")
+    check_card(doc, cells, tracking_uri, card)
 
     # ---- writes, undone on failure
     created_model = created_version = False
@@ -325,20 +372,16 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
             with use_tracking_uri(tracking_uri):  # MLflow resolves a models:/ source with the global URI
                 mv = client.create_model_version(model_name, source, run_id=run_id, model_id=model_id)
             created_version = True
-        sub = {**doc, "cells": cells}
-        for k in ("split_audit", "responsiveness", "shift"):  # about other cells
-            sub.pop(k, None)
-        from .cards.build import document_digest
+        sub = _sub_document(doc, cells)
         from .cards.render import cell_groups
 
-        sub["digest"] = document_digest(sub)
-        card_runs = log_card_runs(sub, tracking_uri, experiment)
-        run_of = dict(zip(cell_groups(sub).keys(), card_runs, strict=True))
+        logged = log_card_runs_with_digests(sub, tracking_uri, experiment)
+        card_runs = [rid for rid, _ in logged]
+        run_of = dict(zip(cell_groups(sub).keys(), logged, strict=True))
         fields_by_stem: dict[str, dict[str, str]] = {}
         for key, entries in cell_groups(sub).items():
-            rid = run_of[key]
+            rid, cell_digest = run_of[key]
             client.set_tag(rid, TAG_ATTACHED_TO, f"{model_name}/{mv.version}")
-            cell_digest = document_digest({**sub, "cells": entries})
             for e in entries:
                 stem = keys.card_tag_stem(e["audit_set"] or e["metric"], e["tau"])
                 fields_by_stem[stem] = _card_fields(e, f"runs:/{rid}/card.json", cell_digest, source_run_id,
@@ -396,9 +439,55 @@ def _undo(client, name, mv, created_model, created_version, old_tags, old_descri
 
 
 @dataclass(frozen=True)
+class Policy:
+    """The release policy a gate applies: the largest ε and δ a card may be computed at, and
+    where each came from (``flag``, ``tag`` on the registered model, or ``default``)."""
+
+    max_eps: float = DEFAULT_MAX_EPS
+    max_delta: float = DEFAULT_MAX_DELTA
+    eps_from: str = "default"
+    delta_from: str = "default"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_eps": self.max_eps, "max_delta": self.max_delta, "max_eps_from": self.eps_from,
+                "max_delta_from": self.delta_from}
+
+
+def policy_value(name: str, value: Any, where: str) -> float:
+    """A policy bound, checked: ε in (0, 1), δ in (0, 0.5) (a one-sided bound at confidence
+    below one half is no upper bound). ``RegistryError`` (one sentence) otherwise."""
+    what = "ε" if name == "max_eps" else "δ"
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise RegistryError(f"The release policy's {name} ({where}) must be a number, not {value!r}.") from None
+    top = 1.0 if name == "max_eps" else 0.5
+    if not (math.isfinite(v) and 0 < v < top):
+        raise RegistryError(f"The release policy's {name} ({where}) must lie strictly between 0 and {top:g} "
+                            f"(the loosest {what} a card may have), not {value!r}.")
+    return v
+
+
+def release_policy(client, model_name: str, max_eps: float | None = None, max_delta: float | None = None) -> Policy:
+    """The policy for ``model_name``: the flags when given, else the registered model's tags
+    ``recipe_audit.policy.max_eps`` / ``max_delta``, else 0.1 each."""
+    tags = dict(_registered_model(client, model_name).tags or {})
+    out = {}
+    for name, flag, tag, default in (("max_eps", max_eps, TAG_POLICY_MAX_EPS, DEFAULT_MAX_EPS),
+                                     ("max_delta", max_delta, TAG_POLICY_MAX_DELTA, DEFAULT_MAX_DELTA)):
+        if flag is not None:
+            out[name] = (policy_value(name, flag, f"--{name.replace('_', '-')}"), "flag")
+        elif tag in tags:
+            out[name] = (policy_value(name, tags[tag], f"tag {tag} of model '{model_name}'"), "tag")
+        else:
+            out[name] = (default, "default")
+    return Policy(out["max_eps"][0], out["max_delta"][0], out["max_eps"][1], out["max_delta"][1])
+
+
+@dataclass(frozen=True)
 class GateResult:
     passed: bool
-    outcome: str  # PASS, NO_CARD, REFUSED_SHIFT, UNSUPPORTED, INSUFFICIENT, STALE
+    outcome: str  # PASS, NO_CARD, REFUSED_SHIFT, UNSUPPORTED, INSUFFICIENT, LOOSER_THAN_POLICY, STALE
     message: str  # one sentence
     model_name: str
     version: str
@@ -406,32 +495,45 @@ class GateResult:
     tau: float | None
     cards: tuple[dict[str, str], ...] = field(default=())
     verification: tuple[dict[str, Any], ...] = field(default=())
+    policy: Policy | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "outcome": self.outcome, "message": self.message,
                 "model_name": self.model_name, "version": self.version, "audit_set": self.audit_set,
-                "tau": self.tau, "cards": list(self.cards), "verification": list(self.verification)}
+                "tau": self.tau, "cards": list(self.cards), "verification": list(self.verification),
+                "policy": None if self.policy is None else self.policy.to_dict()}
 
 
 def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alias: str | None = None,
-         audit: str | None = None, tau: float | None = None) -> GateResult:
+         audit: str | None = None, tau: float | None = None, max_eps: float | None = None,
+         max_delta: float | None = None) -> GateResult:
     """Whether version ``version`` (or the one ``alias`` names) of ``model_name`` may be released on
-    audit set ``audit`` (default: the calibration audit) at ``tau`` (default: every τ attached for
-    that audit set): passes only when each such card is ``release-supported``, its tags match the
-    card they point to, and that card still verifies against the tracking store. Bad input (an
-    unknown model, version or alias) raises ``RegistryError``."""
+    audit set ``audit`` at ``tau`` (default: every τ attached for that audit set): passes only when
+    each such card is ``release-supported``, was computed at an ε and δ within the release policy
+    (:func:`release_policy`), its tags match the card they point to, and that card (its JSON, its
+    Markdown and plots) still verifies against the tracking store. Without ``audit``, the audit set
+    of the version's cards when they are of one. Bad input (an unknown model, version or alias, a
+    bad policy value, no ``audit`` for a version with cards of several audit sets) raises
+    ``RegistryError``."""
     from .cards.build import CardError
-    from .cards.verify import cell_key, load_card, verify_card
+    from .cards.verify import cell_key, read_card, verify_card
 
     client = client_for(tracking_uri)
     mv = resolve_version(client, model_name, version=version, alias=alias)
-    audit = audit or keys.DEFAULT_AUDIT
+    policy = release_policy(client, model_name, max_eps, max_delta)
     what = f"model '{model_name}' version {mv.version}" + (f" (alias '{alias}')" if alias else "")
+    cards = attached_cards(dict(mv.tags or {}))
+    if audit is None:
+        audits = sorted({f["audit_set"] for f in cards.values()})
+        if len(audits) > 1:
+            raise RegistryError(f"{what[0].upper() + what[1:]} carries cards for several audit sets "
+                                f"({', '.join(audits)}); name the one to gate on with --audit.")
+        audit = audits[0] if audits else keys.DEFAULT_AUDIT
 
     def result(passed, outcome, message, cards=(), ver=()):
-        return GateResult(passed, outcome, message, model_name, str(mv.version), audit, tau, tuple(cards), tuple(ver))
+        return GateResult(passed, outcome, message, model_name, str(mv.version), audit, tau, tuple(cards),
+                          tuple(ver), policy)
 
-    cards = attached_cards(dict(mv.tags or {}))
     if not cards:
         return result(False, NO_CARD, f"{what} carries no recipe card; attach one with recipe-audit attach.")
     for_audit = [f for f in cards.values() if f["audit_set"] == audit]
@@ -454,21 +556,30 @@ def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alia
         if v != stats.SUPPORTED:
             outcome = {stats.REFUSED_SHIFT: REFUSED_SHIFT, stats.INSUFFICIENT: INSUFFICIENT}.get(v, UNSUPPORTED)
             return result(False, outcome, f"{what} is {v} on {at}: {f.get('reason', '').rstrip('.')}.", for_audit)
+    for f in for_audit:
+        at = f"audit set '{audit}' at τ = {float(f['tau']):g}"
+        loose = [f"{sym} = {float(f[name]):g} > {limit:g}" for name, sym, limit in
+                 (("eps", "ε", policy.max_eps), ("delta", "δ", policy.max_delta)) if float(f[name]) > limit]
+        if loose:
+            return result(False, LOOSER_THAN_POLICY,
+                          f"The card of {what} on {at} is looser than the release policy ({'; '.join(loose)}; "
+                          f"the policy allows ε <= {policy.max_eps:g} and δ <= {policy.max_delta:g}).", for_audit)
     checks = []
     for f in for_audit:
         at = f"audit set '{audit}' at τ = {float(f['tau']):g}"
         try:
-            doc = load_card(f["card_uri"], tracking_uri)
+            card = read_card(f["card_uri"], tracking_uri)
         except CardError as exc:
             return result(False, STALE, f"The card of {what} on {at} cannot be read: {str(exc).rstrip('.')}.",
                           for_audit)
-        entry = next((e for e in doc["cells"] if e["audit_set"] == audit
+        doc = card.doc
+        entry = next((e for e in doc["cells"] if (e["audit_set"] or e["metric"]) == audit
                       and math.isclose(e["tau"], float(f["tau"]), rel_tol=0, abs_tol=1e-12)), None)
         mismatch = _tag_mismatch(f, entry, doc)
         if mismatch:
             return result(False, STALE, f"The card tags of {what} on {at} do not match the card they point to "
                                         f"({mismatch}).", for_audit)
-        ver = verify_card(doc, tracking_uri)
+        ver = verify_card(doc, tracking_uri, card)
         checks.append({"card_uri": f["card_uri"], "cell": list(map(str, cell_key(entry))), **ver.to_dict()})
         if not ver.ok:
             first = ver.findings[0]
@@ -479,27 +590,25 @@ def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alia
     f0 = for_audit[0]
     return result(True, PASS, f"{what} is release-supported on audit set '{audit}' at τ = {taus} "
                               f"({f0['n_failures']}/{f0['n_reruns']} reruns failed, U = {float(f0['upper_bound']):.3f} "
-                              f"<= ε = {float(f0['eps']):g}), and its card verifies against the tracking store.",
-                  for_audit, checks)
+                              f"<= ε = {float(f0['eps']):g}, within the release policy), and its card verifies "
+                              f"against the tracking store.", for_audit, checks)
 
 
 def _tag_mismatch(f: dict[str, str], entry: dict[str, Any] | None, doc: dict[str, Any]) -> str | None:
     if entry is None:
         return "the card holds no such cell"
-    from .cards.build import document_digest
-
     checks = [("verdict", f["verdict"], entry["verdict"]), ("n_reruns", f["n_reruns"], str(entry["n_reruns"])),
               ("n_failures", f.get("n_failures", ""), "" if entry["n_failures"] is None else str(entry["n_failures"])),
               ("recipe_id", f.get("recipe_id", ""), str(entry["recipe_id"] or "")),
+              ("metric", f.get("metric", ""), entry["metric"]),
+              ("recipe", f.get("recipe", ""), entry.get("recipe_summary") or ""),
               ("reruns_digest", f.get("reruns_digest"), entry["digest"]),
               ("card_digest", f.get("card_digest"), doc["digest"])]
     for name, tag, card in checks:
         if tag != card:
             return f"{name}: tag {tag!r}, card {card!r}"
-    for name in ("upper_bound", "eps", "delta"):
+    for name in ("upper_bound", "lower_bound", "eps", "delta", "tau"):
         tag, card = f.get(name, ""), entry[name]
         if (card is None) != (tag == "") or (card is not None and not math.isclose(float(tag), card, rel_tol=1e-12)):
             return f"{name}: tag {tag!r}, card {card!r}"
-    if document_digest(doc) != doc["digest"]:
-        return "the card's own digest is wrong"
     return None

@@ -20,8 +20,10 @@ import numpy as np
 
 from .. import keys, stats
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 CARD_KIND = "recipe_card"
+DIGEST_SCHEME = "content+artifacts/2"
+"""The card digest of every card written since schema 1.1 (see :func:`document_digest`)."""
 DEFAULT_BOOTSTRAP_B = 2000
 DEFAULT_BOOTSTRAP_SEED = 0
 
@@ -75,7 +77,7 @@ class Cell:
     run_ids: tuple[str | None, ...]
     statuses: tuple[str, ...]
     unfinished: tuple[tuple[Any, str, str | None], ...] = ()
-    duplicates: tuple[tuple[Any, tuple[str, ...], tuple[float, ...]], ...] = ()
+    duplicates: tuple = ()  # query.Duplicate per re-run seed
     disagreeing_duplicates: tuple[Any, ...] = ()
     sweep_run_ids: tuple[str, ...] = ()
     planned_seeds: tuple[Any, ...] = ()
@@ -103,6 +105,12 @@ def audit_set_of(metric: str) -> str | None:
     return metric[len(prefix):] if metric.startswith(prefix) else None
 
 
+def audit_name(metric: str) -> str:
+    """The name a card gives its audit set: the audit set a recipe_audit metric key names
+    (``accuracy/shift_x`` -> ``shift_x``), else the metric itself (``val_acc``)."""
+    return audit_set_of(metric) or metric
+
+
 def cell_from_rerun_set(rs, recipe_summary: str = "", audit_set: str | None = None) -> Cell:
     """Adapt a ``query.RerunSet``. When *no* rerun of the cell ever logged the metric, the
     recipe was not measured on that audit set and the cell refuses (SPEC 1.7)."""
@@ -114,7 +122,7 @@ def cell_from_rerun_set(rs, recipe_summary: str = "", audit_set: str | None = No
                    f"no card can be carried over from another audit set.")
     return Cell(
         group=dict(rs.group), recipe_id=rs.recipe_id, recipe_summary=recipe_summary,
-        audit_set=audit_set if audit_set is not None else audit_set_of(rs.metric_key),
+        audit_set=audit_set if audit_set is not None else audit_name(rs.metric_key),
         metric=rs.metric_key, seeds=tuple(rs.seeds), values=np.asarray(rs.values, dtype=float),
         run_ids=tuple(rs.run_ids), statuses=tuple(rs.statuses), unfinished=tuple(rs.unfinished),
         duplicates=tuple(rs.duplicates), disagreeing_duplicates=tuple(rs.disagreeing_duplicates),
@@ -139,6 +147,16 @@ def _seed_json(s: Any) -> Any:
     return int(s) if isinstance(s, (int, np.integer)) else s
 
 
+def _duplicate_json(d, tau: float) -> dict[str, Any]:
+    """A re-run seed (``query.Duplicate``) on the card at ``tau``: its runs, which of them are
+    results, the run the seed counts and its value, what that makes the seed at ``tau``, and
+    whether its results disagree about the bar (then the seed counts as failing)."""
+    return {"seed": _seed_json(d.seed), "run_ids": list(d.run_ids), "values": [_num(v) for v in d.values],
+            "results": list(d.results), "decided_by": d.decided_by, "counted_value": _num(d.counted_value),
+            "counted_as": d.counts_as(tau), "disagree": bool(d.disagrees(tau)),
+            "nondeterministic": bool(d.nondeterministic)}
+
+
 def card_entry(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
     """One entry of the document's ``cells`` list: one cell at one τ."""
     base: dict[str, Any] = {
@@ -155,8 +173,7 @@ def card_entry(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
         "n_reruns": cell.n,
         "planned_seeds": [_seed_json(s) for s in cell.planned_seeds],
         "unfinished": [{"seed": _seed_json(s), "reason": r, "run_id": rid} for s, r, rid in cell.unfinished],
-        "duplicates": [{"seed": _seed_json(s), "run_ids": list(ids), "values": [_num(v) for v in vals],
-                        "disagree": s in cell.disagreeing_duplicates} for s, ids, vals in cell.duplicates],
+        "duplicates": [_duplicate_json(d, tau) for d in cell.duplicates],
         "nondeterministic": bool(cell.disagreeing_duplicates),
         "sweep_run_ids": list(cell.sweep_run_ids),
         "reruns": [{"seed": _seed_json(s), "run_id": rid, "value": _num(v), "status": st}
@@ -269,18 +286,66 @@ def build_document(cells: Sequence[Cell], opts: CardOptions, source: dict[str, A
                     "band_method": opts.band_method},
         "cells": entries,
     }
-    doc["digest"] = document_digest(doc)
-    return doc
+    return seal(doc)
+
+
+# fields of a card document its content digest leaves out (they are derived from it, or cover files)
+SEAL_FIELDS = ("digest", "content_digest", "artifacts")
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def content_digest(doc: dict[str, Any]) -> str:
+    """sha256 (hex) of the card's JSON content: every field except :data:`SEAL_FIELDS`, as
+    canonical JSON (sorted keys, no whitespace, UTF-8). Any edit of any field changes it."""
+    return hashlib.sha256(_canonical({k: v for k, v in doc.items() if k not in SEAL_FIELDS})).hexdigest()
+
+
+def is_legacy(doc: dict[str, Any]) -> bool:
+    """Whether the card was written under the previous digest scheme (numbers and verdicts only)."""
+    return doc.get("digest_scheme") != DIGEST_SCHEME
 
 
 def document_digest(doc: dict[str, Any]) -> str:
-    """sha256 over the cells' rerun digests and the numbers and verdicts the card states, so a
-    hand-edited card or a changed store is caught by ``verify``."""
+    """The card digest: sha256 over its content digest and, for every other file of the card
+    (Markdown, plots, HTML: the ``artifacts`` manifest, file name -> sha256 of its bytes), the
+    name and hash. The JSON is covered field by field, the files byte for byte; a card written
+    as JSON alone has an empty manifest.
+
+    The hashed text is ``"recipe_audit card digest 2\n" + content_digest + "\n"`` followed by
+    ``"<name>\t<sha256>\n"`` per artifact in name order, UTF-8 encoded."""
+    lines = ["recipe_audit card digest 2", content_digest(doc)]
+    lines += [f"{name}\t{sha}" for name, sha in sorted((doc.get("artifacts") or {}).items())]
+    return hashlib.sha256(("\n".join(lines) + "\n").encode("utf-8")).hexdigest()
+
+
+def legacy_document_digest(doc: dict[str, Any]) -> str:
+    """The digest of cards of schema 1.0: the cells' rerun digests and the numbers and verdicts
+    they state only (not the other fields, not the Markdown or plots)."""
     h = hashlib.sha256()
     for e in doc["cells"]:
         h.update(json.dumps([e["digest"], e["tau"], e["n_reruns"], e["n_failures"], e["upper_bound"],
                              e["lower_bound"], e["verdict"], e["rules"]], sort_keys=True).encode())
     return h.hexdigest()
+
+
+def seal(doc: dict[str, Any], artifacts: dict[str, str] | None = None) -> dict[str, Any]:
+    """Set the card's digest fields in place (and return it): ``schema_version``,
+    ``digest_scheme``, ``content_digest``, the ``artifacts`` manifest (dropped when None or
+    empty: the card is then its JSON alone) and ``digest`` (:func:`document_digest`). Call it
+    after the last change to the content."""
+    for k in SEAL_FIELDS:
+        doc.pop(k, None)
+    doc["schema_version"] = SCHEMA_VERSION
+    doc["digest_scheme"] = DIGEST_SCHEME
+    doc["content_digest"] = content_digest(doc)
+    if artifacts:
+        doc["artifacts"] = dict(sorted(artifacts.items()))
+    doc["digest"] = document_digest(doc)
+    return doc
 
 
 def summarise_recipe(params: dict[str, Any]) -> str:

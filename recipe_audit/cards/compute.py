@@ -13,7 +13,16 @@ from typing import Any
 import numpy as np
 
 from .. import keys, stats
-from .build import CardError, CardOptions, Cell, build_document, cell_from_rerun_set, summarise_recipe
+from .build import (
+    CardError,
+    CardOptions,
+    Cell,
+    audit_set_of,
+    build_document,
+    cell_from_rerun_set,
+    seal,
+    summarise_recipe,
+)
 
 # params read along with the reruns to describe the recipe on the card
 SUMMARY_PARAMS = ("recipe.name", "model.name", "task.name", "recipe.optimizer", "recipe.lr", "recipe.schedule",
@@ -90,6 +99,7 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
     doc = build_document(cells, opts, source)
     if split_audit or responsiveness:
         _add_split_audit(doc, cells, opts, split_audit, responsiveness, n_splits, rng_seed)
+        seal(doc)  # the digest covers the split audit too
     return doc
 
 
@@ -103,7 +113,7 @@ def _shift_checked(cell: Cell, scored_on) -> Cell:
     them (a crashed rerun of a recipe never scored there is no evidence about it); and a cell
     whose reruns were configured for it but never logged it is unfinished, not refused (1.2)."""
     tags = [t for t in scored_on.tolist() if isinstance(t, str)]
-    if cell.audit_set is None or not tags:
+    if audit_set_of(cell.metric) is None or not tags:  # a metric of the user's own, not an audit set
         return cell
     scored = sorted({a for t in tags for a in t.split(",") if a})
     configured = cell.audit_set in scored

@@ -114,19 +114,55 @@ def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None,
             lines += [f"Unfinished reruns ({len(first['unfinished'])}, counted as failures): "
                       + ", ".join(f"seed {u['seed']} ({u['reason']})" for u in first["unfinished"]), ""]
         if first["duplicates"]:
-            dis = [d for d in first["duplicates"] if d["disagree"]]
-            lines += [f"Seeds run more than once: {len(first['duplicates'])} (one result per seed used)"
-                      + (f"; **{len(dis)} disagree (non-deterministic training)**: seeds "
-                         + ", ".join(str(d["seed"]) for d in dis) if dis else "") + ".", ""]
+            lines += _duplicates_md(entries)
     if doc.get("shift"):
         from .shift import shift_markdown
 
         lines += shift_markdown(doc["shift"])
     if doc.get("split_audit"):
         lines += ["## Held-out split audit (SPEC 1.8)", "", _split_audit_md(doc["split_audit"]), ""]
-    lines += [f"---\nCard digest `{doc['digest']}` · created {doc['created']} · "
-              + ", ".join(f"{k} {v}" for k, v in doc["software"].items())]
+    from .build import content_digest
+
+    lines += [f"---\nCard content digest `{doc.get('content_digest') or content_digest(doc)}` (the card "
+              "digest in the JSON also covers this file and the plots) · created "
+              f"{doc['created']} · " + ", ".join(f"{k} {v}" for k, v in doc["software"].items())]
     return "\n".join(lines) + "\n"
+
+
+def _duplicates_md(entries: list[dict[str, Any]]) -> list[str]:
+    """The seeds run more than once, in words: a re-run seed is another draw, not a second chance,
+    so it counts its worst finished result; the seeds whose results disagree about a bar are named."""
+    dups = entries[0]["duplicates"]
+    lines = [f"Seeds run more than once: {len(dups)}. A rerun of a seed is another draw from the recipe, "
+             "not a second chance: each seed counts its worst finished result, so it fails a bar when any "
+             "of its finished reruns fails it (a killed or crashed attempt followed by a finished rerun "
+             "counts the finished one)."]
+    for d in dups:
+        vals = [_f(v) for v, ok in zip(d["values"], d.get("results") or [], strict=False) if ok]
+        run = str(d.get("decided_by") or "")[:12]
+        disagree_at = [f"{e['tau']:g}" for e in entries
+                       if any(x["seed"] == d["seed"] and x["disagree"] for x in e["duplicates"])]
+        if "results" not in d:  # a card of an earlier version: its own words
+            if d["disagree"]:
+                lines.append(f"- Seed {d['seed']}: its finished reruns logged different values.")
+            continue
+        if disagree_at:
+            lines.append(f"- **Seed {d['seed']}** finished {len(vals)} times ({', '.join(vals)}); at "
+                         f"τ = {', '.join(disagree_at)} its reruns disagree about the bar, so it counts as "
+                         f"**failing**, decided by run `{run}` ({_f(d['counted_value'])}).")
+        elif len(vals) > 1:
+            extra = " (non-deterministic training)" if d.get("nondeterministic") else ""
+            lines.append(f"- Seed {d['seed']} finished {len(vals)} times ({', '.join(vals)}){extra}; it counts "
+                         f"{_f(d['counted_value'])} (run `{run}`), and its reruns agree about every bar on "
+                         "this card.")
+        elif len(vals) == 1:
+            lines.append(f"- Seed {d['seed']}: {len(d['run_ids']) - 1} other attempt(s) gave no result (crashed, "
+                         f"killed, still running or no metric logged); its finished rerun counts ({vals[0]}, "
+                         f"run `{run}`).")
+        else:
+            lines.append(f"- Seed {d['seed']}: none of its {len(d['run_ids'])} runs finished with a result; it "
+                         f"counts as unfinished (run `{run}`).")
+    return [*lines, ""]
 
 
 def _split_audit_md(sa: dict[str, Any]) -> str:

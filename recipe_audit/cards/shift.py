@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from .. import keys
-from .build import CardError, CardOptions, document_digest
+from .build import CardError, CardOptions, seal
 from .compute import CardRequest, compute_cards
 
 CALIBRATION = "calibration"
@@ -75,8 +75,7 @@ def compute_shift_cards(req: CardRequest, opts: CardOptions, audits: Sequence[st
     doc["source"] = {**docs[0]["source"], "audits": audits}
     doc["cells"] = [e for d in docs for e in d["cells"]]
     doc["shift"] = shift_section(doc["cells"], audits)
-    doc["digest"] = document_digest(doc)
-    return doc
+    return seal(doc)
 
 
 def shift_section(entries: Sequence[dict[str, Any]], audits: Sequence[str]) -> dict[str, Any]:

@@ -4,9 +4,14 @@
 (``source``, ``options``) and compares, cell by cell, the reruns (run ids, seeds, metrics,
 statuses) and the numbers the card states. It says *which* thing differs:
 
-- ``hand-edited``: the card no longer matches its own content (the document digest, or a cell's
-  rerun digest over its listed reruns, is wrong), or it states numbers or verdicts that its
-  reruns, unchanged in the store, do not give;
+- ``hand-edited``: the card no longer matches its own content (its digest over every field of the
+  JSON and every file beside it: Markdown, plots, HTML; or a cell's rerun digest over its listed
+  reruns), a file of the card is missing or one not covered by the digest was added to its card
+  run, or it states numbers, verdicts or a recipe summary that its reruns, unchanged in the
+  store, do not give;
+- ``old-digest``: the card was written under the previous digest scheme, which covers its numbers
+  and verdicts only (not its other fields, Markdown or plots): it is still read and compared
+  with the store, but it does not verify; recompute it and attach it again;
 - ``metric-changed``: the same runs, with another metric value or status in the store;
 - ``rerun-added`` / ``rerun-removed``: the cell's set of runs differs (a seed rerun, a run
   deleted, a planned seed logged since);
@@ -25,17 +30,27 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .build import CardError, CardOptions, document_digest
+from .build import (
+    CardError,
+    CardOptions,
+    audit_name,
+    content_digest,
+    document_digest,
+    is_legacy,
+    legacy_document_digest,
+)
 
 HAND_EDITED = "hand-edited"
+OLD_DIGEST = "old-digest"
 METRIC_CHANGED = "metric-changed"
 RERUN_ADDED = "rerun-added"
 RERUN_REMOVED = "rerun-removed"
 NOT_RECOMPUTABLE = "not-recomputable"
-KINDS = (HAND_EDITED, METRIC_CHANGED, RERUN_ADDED, RERUN_REMOVED, NOT_RECOMPUTABLE)
+KINDS = (HAND_EDITED, OLD_DIGEST, METRIC_CHANGED, RERUN_ADDED, RERUN_REMOVED, NOT_RECOMPUTABLE)
 
 # numbers a card entry states that its reruns determine
-_STATED = ("n_reruns", "n_failures", "upper_bound", "lower_bound", "sample_floor", "verdict", "rules")
+_STATED = ("n_reruns", "n_failures", "upper_bound", "lower_bound", "sample_floor", "verdict", "rules",
+           "recipe_summary")
 
 
 @dataclass(frozen=True)
@@ -87,14 +102,46 @@ def _is_uri(text: str) -> bool:
     return "://" in text or text.startswith(("runs:/", "models:/", "mlflow-artifacts:/"))
 
 
+@dataclass(frozen=True)
+class CardFiles:
+    """A card as read from where it is kept: the validated document and what lies beside it.
+
+    ``files`` maps each file the card's manifest lists and that was found beside the card to the
+    sha256 of its bytes; ``own_place`` is True when that place holds this card alone (the top of a
+    card run's artifacts), and then ``files`` also names (with None) every other file there: one
+    the manifest does not list was added afterwards."""
+
+    doc: dict[str, Any]
+    files: dict[str, str | None] = field(default_factory=dict)  # None: present, not listed, not read
+    own_place: bool = False
+
+
 def load_card(path_or_uri: str, tracking_uri: str | None = None) -> dict[str, Any]:
     """Read and validate a recipe card from a local file (or a directory holding ``card.json``)
     or an artifact URI (``runs:/<run id>/card.json``, ``mlflow-artifacts:/...``, ``file://...``).
     Raises ``CardError`` (one sentence) when there is no such file or it is not a recipe card."""
-    from .store import validate
+    return read_card(path_or_uri, tracking_uri).doc
+
+
+def _manifest(raw: bytes) -> list[str]:
+    """The file names a card's ``artifacts`` manifest lists (none when it is not such a card)."""
+    try:
+        listed = json.loads(raw.decode("utf-8")).get("artifacts") or {}
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return []
+    return [n for n in listed if isinstance(n, str) and n and "/" not in n and "\\" not in n and n not in (".", "..")]
+
+
+def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
+    """:func:`load_card`, with the sha256 of each file the card's manifest lists, read from beside
+    the card (its Markdown and plots); for a card at the top of a run's artifacts (a card run),
+    also the names of files there that the manifest does not list."""
+    from .store import file_sha256, validate
 
     text = str(path_or_uri)
     path = Path(text)
+    own_place = False
+    files: dict[str, str | None] = {}
     if not _is_uri(text) or text.startswith("file://"):
         if text.startswith("file://"):
             from urllib.parse import unquote, urlparse
@@ -105,23 +152,27 @@ def load_card(path_or_uri: str, tracking_uri: str | None = None) -> dict[str, An
         if not path.is_file():
             raise CardError(f"There is no card file at {text}.")
         raw = path.read_bytes()
+        for name in _manifest(raw):
+            if (path.parent / name).is_file():
+                files[name] = file_sha256(path.parent / name)
     else:
         import os
 
         import mlflow
 
-        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one file: no bar on stderr
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar on stderr
         try:
             with tempfile.TemporaryDirectory() as tmp:
-                local = mlflow.artifacts.download_artifacts(artifact_uri=text, dst_path=tmp,
-                                                            tracking_uri=tracking_uri)
-                p = Path(local)
-                if p.is_dir():
-                    p = p / "card.json"
-                raw = p.read_bytes()
+                got = Path(mlflow.artifacts.download_artifacts(artifact_uri=text, dst_path=tmp,
+                                                               tracking_uri=tracking_uri))
+                base = text.rstrip("/") if got.is_dir() else text.rstrip("/").rpartition("/")[0]
+                card_path = got / "card.json" if got.is_dir() else got
+                raw = card_path.read_bytes()
         except Exception as exc:  # MlflowException, OSError: one sentence
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise CardError(f"Cannot read a card at {text}: {first}") from None
+        files = _remote_files(base, card_path.name, _manifest(raw), tracking_uri)
+        own_place = text.startswith("runs:/") and base.count("/") == 1  # runs:/<run id>: a card run's top
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -129,7 +180,37 @@ def load_card(path_or_uri: str, tracking_uri: str | None = None) -> dict[str, An
     if not isinstance(doc, dict) or doc.get("kind") != "recipe_card":
         raise CardError(f"{text} is not a recipe card (its 'kind' is not 'recipe_card').")
     validate(doc)
-    return doc
+    return CardFiles(doc, files, own_place)
+
+
+def _remote_files(base: str, card_name: str, names: Sequence[str], tracking_uri: str | None) -> dict[str, str | None]:
+    """sha256 of each of ``names`` under the artifact URI ``base`` (absent when it cannot be read),
+    and None for every other file there (best effort: a store that cannot list shows none)."""
+    import mlflow
+
+    from .store import file_sha256
+
+    out: dict[str, str | None] = {}
+    try:
+        listed = {Path(f.path).name for f in mlflow.artifacts.list_artifacts(artifact_uri=base + "/",
+                                                                            tracking_uri=tracking_uri)
+                  if not f.is_dir}  # (runs:/<run id> lists only with the trailing slash)
+    except Exception:
+        listed = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            if listed is not None and name not in listed:
+                continue
+            try:
+                local = mlflow.artifacts.download_artifacts(artifact_uri=f"{base}/{name}", dst_path=tmp,
+                                                            tracking_uri=tracking_uri)
+            except Exception:
+                continue
+            out[name] = file_sha256(Path(local))
+    for name in sorted(listed or ()):
+        if name != card_name and name not in out and not name.startswith("."):
+            out[name] = None
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -148,7 +229,8 @@ def reruns_digest(reruns: Sequence[dict[str, Any]]) -> str:
 
 
 def cell_key(e: dict[str, Any]) -> tuple:
-    return (e["recipe_id"], tuple(sorted(e["group"].items())), e["audit_set"], e["metric"], float(e["tau"]))
+    audit = e["audit_set"] or audit_name(e["metric"])  # cards of schema 1.0 left a metric's audit set empty
+    return (e["recipe_id"], tuple(sorted(e["group"].items())), audit, e["metric"], float(e["tau"]))
 
 
 def cell_name(e: dict[str, Any], tau: bool = True) -> str:
@@ -156,11 +238,27 @@ def cell_name(e: dict[str, Any], tau: bool = True) -> str:
     return f"{name}, τ = {e['tau']:g}" if tau else name
 
 
-def self_check(doc: dict[str, Any]) -> list[Finding]:
-    """Findings when the card does not match its own content (no store needed)."""
+OLD_DIGEST_MESSAGE = ("the card was written by an earlier recipe_audit whose digest covers only its numbers and "
+                      "verdicts, not its other fields, Markdown or plots; recompute it with recipe-audit card "
+                      "and attach it again")
+
+
+def self_check(doc: dict[str, Any], card: CardFiles | None = None) -> list[Finding]:
+    """Findings when the card does not match its own content (no store needed). With ``card``
+    (where the card was read from), the files its digest covers are checked byte for byte."""
     out = []
-    if document_digest(doc) != doc["digest"]:
-        out.append(Finding(HAND_EDITED, "", "the card's digest does not match the numbers and verdicts it states"))
+    if is_legacy(doc):
+        out.append(Finding(OLD_DIGEST, "", OLD_DIGEST_MESSAGE))
+        if legacy_document_digest(doc) != doc["digest"]:
+            out.append(Finding(HAND_EDITED, "", "the card's digest does not match the numbers and verdicts it "
+                                                "states"))
+    else:
+        if doc.get("content_digest") != content_digest(doc):
+            out.append(Finding(HAND_EDITED, "", "the card's content does not match its digest (a field of the "
+                                                "card JSON was changed after it was written)"))
+        elif document_digest(doc) != doc["digest"]:
+            out.append(Finding(HAND_EDITED, "", "the card's digest does not match its content and files"))
+        out += _file_findings(doc, card)
     if doc.get("shift"):
         from .shift import shift_section
 
@@ -170,6 +268,26 @@ def self_check(doc: dict[str, Any]) -> list[Finding]:
         if reruns_digest(e["reruns"]) != e["digest"]:
             out.append(Finding(HAND_EDITED, cell_name(e), f"the reruns listed for {cell_name(e)} do not match "
                                                           f"their digest"))
+    return out
+
+
+def _file_findings(doc: dict[str, Any], card: CardFiles | None) -> list[Finding]:
+    """The card's files (its ``artifacts`` manifest) against those found beside it."""
+    if card is None:
+        return []
+    listed = doc.get("artifacts") or {}
+    out = []
+    changed = [n for n, sha in listed.items() if card.files.get(n) not in (None, sha)]
+    missing = [n for n in listed if card.files.get(n) is None]
+    added = [n for n in card.files if n not in listed] if card.own_place else []
+    if changed:
+        out.append(Finding(HAND_EDITED, "", f"{', '.join(changed[:4])} changed after the card was written (not "
+                                            f"the bytes its digest covers)"))
+    if missing:
+        out.append(Finding(HAND_EDITED, "", f"{', '.join(missing[:4])} of the card is missing beside it"))
+    if added:
+        out.append(Finding(HAND_EDITED, "", f"{', '.join(added[:4])} was added beside the card after it was "
+                                            f"written (its digest does not cover it)"))
     return out
 
 
@@ -270,9 +388,10 @@ def compare_cell(old: dict[str, Any], new: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def verify_card(doc: dict[str, Any], tracking_uri: str | None = None) -> Verification:
-    """Self-check the card, recompute it from the store and compare (see the module docstring)."""
-    findings = self_check(doc)
+def verify_card(doc: dict[str, Any], tracking_uri: str | None = None, card: CardFiles | None = None) -> Verification:
+    """Self-check the card (with the files beside it, when ``card`` says where it was read from),
+    recompute it from the store and compare (see the module docstring)."""
+    findings = self_check(doc, card)
     try:
         fresh = recompute(doc, tracking_uri)
     except CardError as exc:

@@ -8,7 +8,9 @@ for CI, and checking a card against the tracking store.
 
 Exit status: 0 attached / gate passed / card verifies; 1 the gate refuses or the card does not
 verify (the reason on stderr, one sentence); 2 bad input (unknown model, version, alias or run, a
-file that is not a card, a card of another recipe), one sentence, nothing written.
+file that is not a card, a card of another recipe, a card that does not verify given to attach, a
+bad release policy, no --audit for a version with cards of several audit sets), one sentence,
+nothing written.
 """
 
 from __future__ import annotations
@@ -62,8 +64,15 @@ def register(subparsers) -> dict:
     which = g.add_mutually_exclusive_group(required=True)
     which.add_argument("--version", default=None)
     which.add_argument("--alias", default=None)
-    g.add_argument("--audit", default=None, help="audit set the release is judged on (default calibration)")
+    g.add_argument("--audit", default=None,
+                   help="audit set the release is judged on (default: the version's, when its cards are of one)")
     g.add_argument("--tau", type=finite, default=None, help="release bar τ (default: every τ attached)")
+    g.add_argument("--max-eps", type=finite, default=None, metavar="EPS",
+                   help="release policy: the largest ε a card may have (default: the registered model's tag "
+                        "recipe_audit.policy.max_eps, else 0.1)")
+    g.add_argument("--max-delta", type=finite, default=None, metavar="DELTA",
+                   help="release policy: the largest δ a card may have (default: the registered model's tag "
+                        "recipe_audit.policy.max_delta, else 0.1)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     _uri_option(g)
 
@@ -75,13 +84,13 @@ def register(subparsers) -> dict:
 
 
 def cmd_attach(a: argparse.Namespace) -> int:
-    from ..cards.verify import load_card
+    from ..cards.verify import read_card
     from ..registry import attach
 
     uri = _open(a.tracking_uri)
-    doc = load_card(a.card, uri)
-    res = attach(uri, a.model_name, doc, version=a.version, run_id=a.run_id, audits=a.audit, taus=a.tau,
-                 recipe_id=a.recipe_id, set_alias=a.set_alias)
+    card = read_card(a.card, uri)
+    res = attach(uri, a.model_name, card.doc, version=a.version, run_id=a.run_id, audits=a.audit, taus=a.tau,
+                 recipe_id=a.recipe_id, set_alias=a.set_alias, card=card)
     if a.json:
         print(json.dumps(res.to_dict()))
         return 0
@@ -99,7 +108,8 @@ def cmd_gate(a: argparse.Namespace) -> int:
     from ..registry import gate
 
     uri = _open(a.tracking_uri)
-    res = gate(uri, a.model_name, version=a.version, alias=a.alias, audit=a.audit, tau=a.tau)
+    res = gate(uri, a.model_name, version=a.version, alias=a.alias, audit=a.audit, tau=a.tau,
+               max_eps=a.max_eps, max_delta=a.max_delta)
     if a.json:
         print(json.dumps(res.to_dict()))
     if res.passed:
@@ -111,11 +121,11 @@ def cmd_gate(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from ..cards.verify import load_card, verify_card
+    from ..cards.verify import read_card, verify_card
     from ..tracking import resolve_tracking_uri
 
-    doc = load_card(a.card, resolve_tracking_uri(a.tracking_uri))
-    res = verify_card(doc, a.tracking_uri)  # default: the store the card names (its source)
+    card = read_card(a.card, resolve_tracking_uri(a.tracking_uri))
+    res = verify_card(card.doc, a.tracking_uri, card)  # default: the store the card names (its source)
     if a.json:
         print(json.dumps(res.to_dict()))
     elif res.ok:

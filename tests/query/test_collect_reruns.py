@@ -40,11 +40,11 @@ def test_one_result_per_seed_with_every_unfinished_reason(rich_store):
     assert r1.metric_key == METRIC and r1.experiment == "exp"
     assert r1.seeds == tuple(range(10))
     assert r1.n == 10
-    expected = [0.9, 0.45, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, 0.8, np.nan]
+    expected = [0.9, 0.40, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, 0.8, np.nan]  # seed 1: its worst
     np.testing.assert_array_equal(r1.values, expected)
     assert r1.run_ids == (
         ids["s0b"],
-        ids["s1b"],
+        ids["s1a"],
         ids["s2"],
         ids["s3"],
         ids["s4"],
@@ -78,31 +78,99 @@ def test_one_result_per_seed_with_every_unfinished_reason(rich_store):
     assert {u[1] for u in r1.unfinished} <= set(REASONS)
     assert r1.planned_seeds == tuple(range(8))
     assert r1.sweep_run_ids == (ids["p1"],)
-    np.testing.assert_array_equal(r1.finished_values, [0.9, 0.45, 0.8])
+    np.testing.assert_array_equal(r1.finished_values, [0.9, 0.40, 0.8])
 
 
-def test_duplicates_are_listed_and_disagreement_is_flagged(rich_store):
+def test_duplicates_are_listed_and_the_worst_result_decides(rich_store):
     uri, built = rich_store
     ids = built.runs
     r1 = _cells(uri)["r1"]
-    dups = {seed: (run_ids, values) for seed, run_ids, values in r1.duplicates}
+    dups = {d.seed: d for d in r1.duplicates}
     assert set(dups) == {0, 1, 8}
-    assert dups[0] == ((ids["s0a"], ids["s0b"]), (0.9, 0.9))
-    assert dups[1] == ((ids["s1a"], ids["s1b"]), (0.40, 0.45))
-    assert dups[8][0] == (ids["s8a"], ids["s8b"]) and math.isnan(dups[8][1][1])
+    assert dups[0][:4] == ((0, (ids["s0a"], ids["s0b"]), (0.9, 0.9), (True, True)))
+    assert dups[0].decided_by == ids["s0b"]  # equal results: the most recent
+    assert dups[1][:4] == (1, (ids["s1a"], ids["s1b"]), (0.40, 0.45), (True, True))
+    assert dups[1].decided_by == ids["s1a"]  # the older, worse result counts: a rerun is no second chance
+    assert dups[8].run_ids == (ids["s8a"], ids["s8b"]) and math.isnan(dups[8].values[1])
+    assert dups[8].results == (True, False) and dups[8].decided_by == ids["s8a"]
     assert r1.disagreeing_duplicates == (1,)  # seed 8's failed duplicate is not a disagreement
+    # about a bar: seed 1's results (0.40, 0.45) disagree only between them
+    assert [t for t in (0.3, 0.4, 0.42, 0.45, 0.5) if dups[1].disagrees(t)] == [0.42, 0.45]
+    assert dups[1].counts_as(0.42) == "fail" and dups[1].counts_as(0.4) == "pass"
+    assert not any(dups[8].disagrees(t) for t in (0.5, 0.85, 0.95))  # one result: nothing to disagree with
 
 
 def test_failures_count_below_tau_and_every_unfinished(rich_store):
     uri, _ = rich_store
     r1 = _cells(uri)["r1"]
     assert r1.failures(0.3) == 7  # only the unfinished
-    assert r1.failures(0.45) == 7  # not below: equal passes
+    assert r1.failures(0.40) == 7  # not below: equal passes
+    assert r1.failures(0.42) == 8  # seed 1 finished at 0.40 and at 0.45: one failing result fails the seed
     assert r1.failures(0.5) == 8
     assert r1.failures(0.85) == 9
     assert r1.failures(1.0) == 10
     lower = _cells(uri, higher_is_better=False)["r1"]
     assert lower.failures(0.85) == 7 + 1  # 0.9 is above
+    assert lower.failures(0.42) == 7 + 3  # lower is better: seed 1's worst result is 0.45
+
+
+def _frame(rows: list[tuple[str, str, int, int, float | None]]) -> pd.DataFrame:
+    """Runs of one cell: (run id, status, start, seed, metric or None when not logged)."""
+    return pd.DataFrame({
+        "run_id": [r[0] for r in rows],
+        "status": [r[1] for r in rows],
+        "start_time": pd.array([r[2] for r in rows], dtype="Int64"),
+        "seed": [str(r[3]) for r in rows],
+        "recipe_id": pd.Series(["rid"] * len(rows), dtype=object),
+        "m": [math.nan if r[4] is None else r[4] for r in rows],
+        "logged[m]": [r[4] is not None for r in rows],
+    })
+
+
+def test_a_rerun_seed_fails_when_any_finished_rerun_fails():
+    """Seed shopping: seed 3 finished at 0.4, a later rerun of it at 0.95; the seed fails τ = 0.7."""
+    rows = [(f"r{s}", "FINISHED", s, s, 0.9) for s in range(5)] + [("late", "FINISHED", 99, 3, 0.95)]
+    rows[3] = ("r3", "FINISHED", 3, 3, 0.4)
+    (cell,) = collect_reruns(_frame(rows), "m")
+    assert cell.n == 5 and cell.failures(0.7) == 1
+    assert cell.run_ids[3] == "r3" and cell.values[3] == 0.4
+    (dup,) = cell.duplicates
+    assert dup.seed == 3 and dup.decided_by == "r3" and dup.disagrees(0.7) and not dup.disagrees(0.3)
+    assert cell.disagreeing_duplicates == (3,)
+    # the other order (the passing result first) counts the same
+    rows[3], rows[5] = ("r3", "FINISHED", 3, 3, 0.95), ("late", "FINISHED", 99, 3, 0.4)
+    (cell,) = collect_reruns(_frame(rows), "m")
+    assert cell.failures(0.7) == 1 and cell.duplicates[0].decided_by == "late"
+
+
+def test_a_killed_attempt_then_a_finished_rerun_is_no_disagreement():
+    """The killed attempt logged 0.4 before it was killed; the finished rerun (0.95) is the result."""
+    rows = [("killed", "KILLED", 1, 0, 0.4), ("crashed", "FAILED", 2, 0, None), ("done", "FINISHED", 3, 0, 0.95),
+            ("nometric", "FINISHED", 4, 0, None)]
+    (cell,) = collect_reruns(_frame(rows), "m")
+    assert cell.values.tolist() == [0.95] and cell.run_ids == ("done",) and cell.unfinished == ()
+    (dup,) = cell.duplicates
+    assert dup.results == (False, False, True, False) and dup.decided_by == "done"
+    assert not dup.disagrees(0.7) and not dup.nondeterministic and dup.counts_as(0.7) == "pass"
+    assert cell.disagreeing_duplicates == () and cell.failures(0.7) == 0
+
+
+def test_a_finished_rerun_with_a_nan_metric_is_a_failing_result():
+    rows = [("a", "FINISHED", 1, 0, 0.95), ("b", "FINISHED", 2, 0, math.nan)]
+    (cell,) = collect_reruns(_frame(rows), "m")
+    assert cell.run_ids == ("b",) and cell.unfinished == ((0, "nan-metric", "b"),) and cell.failures(0.1) == 1
+    assert cell.duplicates[0].disagrees(0.7) and cell.duplicates[0].counts_as(0.7) == "fail"
+    # lower is better: -inf is no better than any value; the seed still fails
+    rows = [("a", "FINISHED", 1, 0, 0.2), ("b", "FINISHED", 2, 0, -math.inf)]
+    (cell,) = collect_reruns(_frame(rows), "m", higher_is_better=False)
+    assert cell.run_ids == ("b",) and cell.failures(0.5) == 1
+
+
+def test_no_result_for_a_seed_keeps_its_most_recent_attempt():
+    rows = [("old", "FAILED", 1, 0, None), ("new", "KILLED", 2, 0, 0.9)]
+    (cell,) = collect_reruns(_frame(rows), "m")
+    assert cell.run_ids == ("new",) and cell.unfinished == ((0, "killed", "new"),)
+    assert cell.duplicates[0].counts_as(0.5) == "unfinished"
 
 
 def test_running_is_stale_only_after_stale_after_s(rich_store):
@@ -205,9 +273,9 @@ def test_seeds_compare_as_integers_and_sort_numerically():
     )
     (cell,) = collect_reruns(frame, "m")
     assert cell.seeds == (2, 3, 10)
-    assert cell.duplicates == ((2, ("b", "c"), (0.2, 0.3)),)
+    assert [d[:4] for d in cell.duplicates] == [(2, ("b", "c"), (0.2, 0.3), (True, True))]
     assert cell.disagreeing_duplicates == (2,)
-    np.testing.assert_array_equal(cell.values, [0.3, 0.4, 0.1])
+    np.testing.assert_array_equal(cell.values, [0.2, 0.4, 0.1])  # seed 2 counts its worse result
 
 
 def test_rerun_set_is_frozen_and_its_values_read_only(rich_store):
@@ -241,7 +309,8 @@ def test_sql_and_search_runs_give_the_same_cells(rich_store):
     assert [c.unfinished for c in by_path[0]] == [c.unfinished for c in by_path[1]]
 
     def dups(cells: list[RerunSet]) -> list:
-        return [(s, ids, tuple(repr(v) for v in vals)) for c in cells for s, ids, vals in c.duplicates]
+        return [(d.seed, d.run_ids, tuple(repr(v) for v in d.values), d.results, d.decided_by)
+                for c in cells for d in c.duplicates]
 
     assert dups(by_path[0]) == dups(by_path[1])
 

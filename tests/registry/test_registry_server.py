@@ -90,6 +90,8 @@ def test_attach_gate_verify_over_http(server, world, capsys):
     assert rc == 1 and "FAIL (unsupported)" in err
     rc, _, err = run_cli([*gate, "--audit", "entailment/calibration"], capsys)
     assert rc == 1 and "FAIL (refused-shift)" in err
+    rc, _, err = run_cli(gate, capsys)  # cards of two audit sets: which one is the release judged on?
+    assert rc == 2 and "several audit sets (calibration, shift_x)" in err and err.count("\n") == 1
     card_uri = cards["recipe_audit.card.calibration.tau_0.7"]["card_uri"]
     for card in (card_uri, str(world.card)):
         rc, out, err = run_cli(["verify", card, "--tracking-uri", uri], capsys)
@@ -122,8 +124,8 @@ def test_a_changed_store_fails_the_gate_over_http(server, world, capsys):
     uri, _ = server
     MlflowClient(tracking_uri=uri).log_batch(world.runs[("good", 5)],
                                              metrics=[Metric("accuracy/calibration", 0.2, 0, 99)])
-    rc, _, err = run_cli(["gate", "--model-name", "clf", "--alias", "candidate", "--tracking-uri", uri],
-                         capsys)
+    rc, _, err = run_cli(["gate", "--model-name", "clf", "--alias", "candidate", "--audit", "calibration",
+                          "--tracking-uri", uri], capsys)
     assert rc == 1 and "FAIL (card-does-not-verify)" in err and "seed 5" in err
     rc, out, _ = run_cli(["verify", str(world.card), "--tracking-uri", uri, "--json"], capsys)
     assert rc == 1 and json.loads(out)["kinds"] == ["metric-changed"]

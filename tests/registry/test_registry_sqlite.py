@@ -107,11 +107,17 @@ def test_gate_outcomes(attached, capsys):
     assert rc == 0 and "PASS" in out and "verifies" in out
     for args, outcome in [(["--audit", "shift_x"], "unsupported"),  # a target audit the recipe fails
                           (["--audit", "shift_people"], "refused-shift"),  # no card for that audit set
-                          (["--tau", "0.9"], "no-card")]:
+                          (["--audit", "calibration", "--tau", "0.9"], "no-card")]:
         rc, out, err = run_cli([*gate, "--version", "1", *args], capsys)
         assert rc == 1 and f"FAIL ({outcome})" in err and err.count("\n") == 1, (args, err)
-    rc, out, _ = run_cli([*gate, "--version", "1", "--json"], capsys)
+    rc, out, _ = run_cli([*gate, "--version", "1", "--audit", "calibration", "--json"], capsys)
     assert rc == 0 and json.loads(out)["passed"] is True
+    assert json.loads(out)["policy"] == {"max_eps": 0.1, "max_delta": 0.1, "max_eps_from": "default",
+                                         "max_delta_from": "default"}
+    # cards of two audit sets and no --audit: one sentence asking for it, exit 2
+    rc, _, err = run_cli([*gate, "--version", "1"], capsys)
+    assert rc == 2 and "several audit sets (calibration, shift_x)" in err and "--audit" in err
+    assert err.count("\n") == 1
     # a version without a card
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     v1 = client.get_model_version("clf", "1")
@@ -126,7 +132,8 @@ def test_gate_fails_when_the_store_changed(copy, capsys):
     assert _attach_from_run(uri, world, capsys)[0] == 0
     client = MlflowClient(tracking_uri=uri)
     client.log_batch(world.runs[("good", 7)], metrics=[Metric("accuracy/calibration", 0.4, 0, 99)])
-    rc, _, err = run_cli(["gate", "--model-name", "clf", "--version", "1", "--tracking-uri", uri], capsys)
+    rc, _, err = run_cli(["gate", "--model-name", "clf", "--version", "1", "--audit", "calibration",
+                          "--tracking-uri", uri], capsys)
     assert rc == 1 and "FAIL (card-does-not-verify)" in err and "metric-changed" in err and "seed 7" in err
 
 
@@ -251,3 +258,205 @@ def test_verify_says_what_changed(copy, capsys):
     rc, out, _ = run_cli(["verify", "card_bad.json", "--tracking-uri", uri, "--json"], capsys)
     res = json.loads(out)
     assert rc == 1 and res["kinds"] == ["rerun-removed"] and "no rerun" in res["summary"]
+
+
+# ------------------------------------------------------------------------------------------
+# re-run seeds, the release policy, attach's own check, the card's files, a user's own metric
+
+
+def _artifact_dir(client, run_id):
+    from pathlib import Path
+    from urllib.parse import unquote, urlparse
+
+    uri = client.get_run(run_id).info.artifact_uri
+    return Path(unquote(urlparse(uri).path)) if uri.startswith("file:") else Path(uri)
+
+
+def _card_file(uri, path, recipe_id, eps=0.1, delta=0.1, taus=(0.7,)):
+    from recipe_audit.cards.build import CardOptions
+    from recipe_audit.cards.compute import CardRequest, compute_cards
+    from recipe_audit.cards.store import write_json
+
+    doc = compute_cards(CardRequest(experiment=EXP, tracking_uri=uri, recipe_id=recipe_id),
+                        CardOptions(taus=taus, eps=eps, delta=delta))
+    write_json(doc, path)
+    return doc
+
+
+def _nothing_attached(uri):
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    exp = client.get_experiment_by_name(EXP).experiment_id
+    return (not client.search_registered_models()
+            and not client.search_runs([exp], "tags.`recipe_audit.kind` = 'card'"))
+
+
+def test_seed_shopping_does_not_pass_the_gate(copy, capsys):
+    """Seed 3 finished at 0.4, a later rerun of seed 3 at 0.95: the seed fails, 1/25, unsupported."""
+    from registry_world import tiny_model
+    from scipy import stats as sps
+
+    world, uri, tmp = copy
+    shop = "c" * 16
+    runs = {s: log_rerun(uri, shop, s, {"calibration": 0.4 if s == 3 else 0.9}, name="shop",
+                         model=tiny_model() if s == 0 else None) for s in range(25)}
+    again = log_rerun(uri, shop, 3, {"calibration": 0.95}, name="shop")
+    doc = _card_file(uri, tmp / "shop.json", shop)
+    (e,) = doc["cells"]
+    assert (e["n_failures"], e["n_reruns"], e["verdict"]) == (1, 25, "unsupported")
+    assert e["upper_bound"] == pytest.approx(sps.beta.ppf(0.9, 2, 24), rel=1e-12)
+    (dup,) = e["duplicates"]
+    assert dup["run_ids"] == [runs[3], again] and dup["decided_by"] == runs[3] and dup["disagree"]
+    rc, out, err = run_cli(["attach", "--model-name", "shop", "--run-id", runs[0], "--card", "shop.json",
+                            "--tracking-uri", uri], capsys)
+    assert rc == 0, err
+    rc, _, err = run_cli(["gate", "--model-name", "shop", "--version", "1", "--tracking-uri", uri], capsys)
+    assert rc == 1 and "FAIL (unsupported)" in err and "1 of 25 reruns failed" in err and err.count("\n") == 1
+
+
+def test_the_gate_refuses_a_card_looser_than_the_release_policy(copy, capsys):
+    from registry_world import tiny_model
+
+    world, uri, tmp = copy
+    loose = "d" * 16
+    runs = {s: log_rerun(uri, loose, s, {"calibration": 0.9}, name="loose",
+                         model=tiny_model() if s == 0 else None) for s in range(4)}
+    (e,) = _card_file(uri, tmp / "loose.json", loose, eps=0.5, delta=0.45)["cells"]
+    assert (e["n_reruns"], e["verdict"]) == (4, "release-supported")
+    assert run_cli(["attach", "--model-name", "loose", "--run-id", runs[0], "--card", "loose.json",
+                    "--tracking-uri", uri], capsys)[0] == 0
+    gate = ["gate", "--model-name", "loose", "--version", "1", "--tracking-uri", uri]
+    rc, _, err = run_cli(gate, capsys)
+    assert rc == 1 and "FAIL (looser-than-policy)" in err and err.count("\n") == 1
+    assert "ε = 0.5 > 0.1; δ = 0.45 > 0.1" in err
+    rc, _, err = run_cli([*gate, "--max-eps", "0.5", "--max-delta", "0.4"], capsys)
+    assert rc == 1 and "δ = 0.45 > 0.4" in err and "ε = 0.5 >" not in err
+    rc, out, err = run_cli([*gate, "--max-eps", "0.5", "--max-delta", "0.45"], capsys)
+    assert rc == 0 and "PASS" in out, err
+    for bad, needle in [(["--max-delta", "0.5"], "max_delta (--max-delta) must lie strictly between 0 and 0.5"),
+                        (["--max-eps", "0"], "max_eps (--max-eps) must lie strictly between 0 and 1"),
+                        (["--max-eps", "abc"], "'abc' is not a number")]:
+        rc, _, err = run_cli([*gate, *bad], capsys)
+        assert rc == 2 and needle in err and err.count("\n") == 1, (bad, err)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.set_registered_model_tag("loose", registry.TAG_POLICY_MAX_EPS, "lots")
+    rc, _, err = run_cli(gate, capsys)
+    assert rc == 2 and "tag recipe_audit.policy.max_eps of model 'loose'" in err and err.count("\n") == 1
+    # ε = 0.2, δ = 0.1 on the 22 GOOD reruns (release-supported): tags set the policy, flags win over tags
+    (e,) = _card_file(uri, tmp / "eps.json", GOOD, eps=0.2)["cells"]
+    assert e["verdict"] == "release-supported"
+    assert run_cli(["attach", "--model-name", "pol", "--run-id", world.runs[("good", 0)], "--card", "eps.json",
+                    "--tracking-uri", uri], capsys)[0] == 0
+    gate = ["gate", "--model-name", "pol", "--version", "1", "--tracking-uri", uri]
+    rc, _, err = run_cli(gate, capsys)
+    assert rc == 1 and "looser-than-policy" in err and "ε = 0.2 > 0.1" in err
+    client.set_registered_model_tag("pol", registry.TAG_POLICY_MAX_EPS, "0.2")
+    rc, out, _ = run_cli([*gate, "--json"], capsys)
+    assert rc == 0 and json.loads(out)["policy"]["max_eps"] == 0.2
+    assert json.loads(out)["policy"]["max_eps_from"] == "tag"
+    rc, _, err = run_cli([*gate, "--max-eps", "0.15"], capsys)
+    assert rc == 1 and "looser-than-policy" in err and "ε = 0.2 > 0.15" in err
+    client.set_registered_model_tag("pol", registry.TAG_POLICY_MAX_EPS, "0.05")
+    client.set_registered_model_tag("pol", registry.TAG_POLICY_MAX_DELTA, "0.2")
+    rc, out, _ = run_cli([*gate, "--max-eps", "0.25", "--json"], capsys)
+    assert rc == 0 and json.loads(out)["policy"] == {"max_eps": 0.25, "max_delta": 0.2, "max_eps_from": "flag",
+                                                     "max_delta_from": "tag"}
+
+
+def test_attach_refuses_a_card_that_does_not_verify(copy, capsys):
+    from recipe_audit.cards.build import legacy_document_digest, seal
+
+    world, uri, tmp = copy
+    card = json.loads((tmp / "card.json").read_text())
+    i = next(i for i, e in enumerate(card["cells"]) if e["recipe_id"] == GOOD and e["audit_set"] == "shift_x")
+    redigested = json.loads(json.dumps(card))
+    redigested["cells"][i]["verdict"] = "release-supported"  # and the shift table to match, re-digested
+    from recipe_audit.cards.shift import shift_section
+
+    redigested["shift"] = shift_section(redigested["cells"], redigested["shift"]["audits"])
+    (tmp / "redigested.json").write_text(json.dumps(seal(redigested)))
+    summary = json.loads(json.dumps(card))
+    summary["cells"][0]["recipe_summary"] = "tested by QA"
+    (tmp / "summary.json").write_text(json.dumps(summary))
+    old = {k: v for k, v in card.items() if k not in ("digest_scheme", "content_digest")}
+    old["schema_version"] = "1.0"
+    old["digest"] = legacy_document_digest(old)
+    (tmp / "old.json").write_text(json.dumps(old))
+    for name, needle in [("redigested.json", "does not recompute from the tracking store (hand-edited"),
+                         ("summary.json", "it does not verify (hand-edited: the card's content does not match"),
+                         ("old.json", "old-digest: the card was written by an earlier recipe_audit")]:
+        rc, out, err = run_cli(["attach", "--model-name", "clf", "--run-id", world.runs[("good", 0)],
+                                "--card", name, "--tracking-uri", uri], capsys)
+        assert rc == 2 and needle in err and "was not attached" in err and err.count("\n") == 1, (name, err)
+        assert _nothing_attached(uri)
+    rc, _, err = run_cli(["verify", "old.json", "--tracking-uri", uri], capsys)
+    assert rc == 1 and "old-digest" in err and "attach it again" in err
+
+
+def test_editing_a_card_in_the_artifact_store_fails_gate_and_verify(copy, capsys):
+    import shutil
+
+    world, uri, tmp = copy
+    assert _attach_from_run(uri, world, capsys, "--audit", "calibration", "--tau", "0.7")[0] == 0
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    card_uri = client.get_model_version("clf", "1").tags["recipe_audit.card.calibration.tau_0.7.card_uri"]
+    where = _artifact_dir(client, card_uri.split("/")[1])
+    assert {"card.json", "card.md"} <= {p.name for p in where.iterdir()}
+    backup = tmp / "backup"
+    shutil.copytree(where, backup)
+    gate = ["gate", "--model-name", "clf", "--version", "1", "--tracking-uri", uri]
+    assert run_cli(gate, capsys)[0] == 0  # one audit set on the version: no --audit needed
+
+    def edit(fn):
+        fn()
+        rc, _, err = run_cli(gate, capsys)
+        rc_v, _, err_v = run_cli(["verify", card_uri, "--tracking-uri", uri], capsys)
+        shutil.rmtree(where)
+        shutil.copytree(backup, where)
+        assert rc == 1 and "FAIL (card-does-not-verify)" in err and err.count("\n") == 1, err
+        assert rc_v == 1 and "hand-edited" in err_v
+        return err + err_v
+
+    md = where / "card.md"
+    err = edit(lambda: md.write_text(md.read_text() + "\nApproved.\n"))
+    assert "hand-edited: card.md changed after the card was written" in err
+    png = next(p for p in where.iterdir() if p.suffix == ".png")
+    assert png.name in edit(lambda: png.write_bytes(png.read_bytes()[:-8]))
+    assert "card.html was added beside the card" in edit(lambda: (where / "card.html").write_text("<p>ok</p>"))
+
+    def summary():
+        d = json.loads((where / "card.json").read_text())
+        d["cells"][0]["recipe_summary"] = "the stable recipe, signed off"
+        (where / "card.json").write_text(json.dumps(d))
+
+    err = edit(summary)  # the gate: the version's tag says another summary; verify: the digest
+    assert "do not match the card they point to (recipe: tag" in err
+    assert "the card's content does not match its digest" in err
+    assert run_cli(gate, capsys)[0] == 0
+
+
+def test_a_card_of_the_users_own_metric_gates_without_audit(copy, capsys):
+    from mlflow.entities import Param
+
+    world, uri, tmp = copy
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    exp = client.create_experiment("byo")
+    runs = []
+    for s in range(22):
+        rid = client.create_run(exp).info.run_id
+        client.log_batch(rid, metrics=[Metric("val_acc", 0.9, 0, 0)], params=[Param("seed", str(s))])
+        client.set_terminated(rid, "FINISHED")
+        runs.append(rid)
+    source, _, _ = registry.logged_model_uri(client, world.runs[("good", 0)])
+    client.create_registered_model("byo-clf")
+    with use_tracking_uri(uri):
+        client.create_model_version("byo-clf", source, run_id=runs[0])
+    rc, _, err = run_cli(["card", "--experiment-name", "byo", "--metric", "val_acc", "--seed-key", "params.seed",
+                          "--json", "byo.json", "--no-log", "--tracking-uri", uri], capsys)
+    assert rc == 0, err
+    assert json.loads((tmp / "byo.json").read_text())["cells"][0]["audit_set"] == "val_acc"
+    rc, out, err = run_cli(["attach", "--model-name", "byo-clf", "--version", "1", "--card", "byo.json",
+                            "--tracking-uri", uri], capsys)
+    assert rc == 0 and "val_acc τ = 0.7: release-supported" in out, err
+    assert client.get_model_version("byo-clf", "1").tags["recipe_audit.card.val_acc.tau_0.7.audit_set"] == "val_acc"
+    rc, out, err = run_cli(["gate", "--model-name", "byo-clf", "--version", "1", "--tracking-uri", uri], capsys)
+    assert rc == 0 and "release-supported on audit set 'val_acc'" in out, err
