@@ -630,7 +630,7 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
     returned metrics it did not log itself, the error (FAILED) or FINISHED. Returns the outcome:
     ``{"run_id", "status", "metrics": {metric: last value or None}, "error"}``. ``tags_for``
     maps that outcome to tags set on the run before it closes (the pass/fail tags per bar)."""
-    from mlflow.entities import Metric, Param
+    from mlflow.entities import Metric, Param, RunTag
 
     client = store.client
     run = client.get_run(run_id)
@@ -643,21 +643,24 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
     have = set(run.data.params)
     batch_params = [Param(k, v[:6000]) for k, v in sorted((params or {}).items())
                     if k not in have and _PARAM_KEY_OK.match(k)]
-    for i in range(0, max(len(batch_params), len(batch_metrics)), _MAX_PARAMS_PER_CALL):
-        client.log_batch(run_id, metrics=batch_metrics[i:i + _MAX_PARAMS_PER_CALL],
-                         params=batch_params[i:i + _MAX_PARAMS_PER_CALL])
     outcome: dict[str, Any] = {"run_id": run_id, "status": "FINISHED",
                                "metrics": {m: logged.get(m) for m in metrics}, "error": None}
     if error is not None:
         outcome["status"] = "FAILED"
         outcome["error"] = f"{type(error).__name__}: {_one_line(error)}"
-        client.set_tag(run_id, keys.TAG_ERROR, outcome["error"])
+    tags = dict(tags_for(outcome)) if tags_for is not None else {}
+    if outcome["error"]:
+        tags[keys.TAG_ERROR] = outcome["error"]
+    batch_tags = [RunTag(k, v) for k, v in tags.items()]
+    # one write for all of it (params, metrics and tags go in one transaction on a SQL store)
+    for i in range(0, max(len(batch_params), len(batch_metrics), len(batch_tags), 1), _MAX_PARAMS_PER_CALL):
+        client.log_batch(run_id, metrics=batch_metrics[i:i + _MAX_PARAMS_PER_CALL],
+                         params=batch_params[i:i + _MAX_PARAMS_PER_CALL], tags=batch_tags[i:i + _MAX_PARAMS_PER_CALL])
+    if error is not None:
         try:
             client.log_text(run_id, "".join(traceback.format_exception(error)), "error.txt")
         except Exception:  # noqa: BLE001 - the status matters more than the traceback
             pass
-    if tags_for is not None:
-        tag_rerun_bars(store, run_id, tags_for(outcome))
     client.set_terminated(run_id, outcome["status"])
     return outcome
 
