@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from . import keys
-from .commands.args import count, finite, probability
+from .commands.args import count, failures, finite, probability, reruns, risk, whole
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,70 +25,81 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand. Building it imports nothing heavy: the modules that compute
+    are imported by the handlers, so ``--help`` and ``bound`` answer at once."""
     p = _Parser(prog="recipe-audit", description="Recipe cards from MLflow reruns.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    b = sub.add_parser("bound", help="the exact tail bound and verdict for k failures in N reruns")
-    b.add_argument("--failures", "-k", type=count, required=True, help="failed reruns k")
-    b.add_argument("--reruns", "-n", type=count, required=True, help="reruns N")
-    b.add_argument("--eps", type=probability, default=0.10, help="failure budget ε (default 0.10)")
-    b.add_argument("--delta", type=probability, default=0.10, help="statistical risk δ (default 0.10)")
+    b = sub.add_parser("bound", help="the exact tail bound and verdict for k failures in N reruns",
+                       description="The one-sided exact (Clopper–Pearson) bounds U and L on the next rerun's "
+                                   "failure probability, the sample floor N_min and the verdict, for k failures "
+                                   "in N reruns. Counts go up to 10^15.")
+    b.add_argument("--failures", "-k", type=failures, required=True, help="failed reruns k (0 <= k <= N)")
+    b.add_argument("--reruns", "-n", type=reruns, required=True, help="reruns N (1 to 10^15)")
+    b.add_argument("--eps", type=probability, default=0.10,
+                   help="failure budget ε, strictly between 0 and 1 (default 0.10)")
+    b.add_argument("--delta", type=risk, default=0.10,
+                   help="statistical risk δ, strictly between 0 and 0.5 (default 0.10)")
     b.add_argument("--json", action="store_true", help="print one JSON object")
 
     c = sub.add_parser("card", help="compute recipe cards from an MLflow experiment")
     c.add_argument("--experiment-name", required=True)
-    c.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else ./mlruns")
+    c.add_argument("--tracking-uri", default=None,
+                   help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlruns/mlflow.db")
     c.add_argument("--metric", default=None, help=f"metric key (default {keys.DEFAULT_METRIC})")
     c.add_argument("--audit", action="append", default=None, metavar="AUDIT",
                    help="audit set; shorthand for --metric accuracy/AUDIT; repeated, the cards of several "
-                        "audit sets side by side, the first as the calibration audit (SPEC 1.7)")
+                        "audit sets side by side, the first as the calibration audit")
     c.add_argument("--all-audits", action="store_true",
                    help="a card for every audit set the reruns were scored on, side by side")
     c.add_argument("--seed-key", default="tags." + keys.TAG_SEED,
-                   help="where the seed is, MLflow-style (e.g. params.seed)")
+                   help=f"where the seed is, MLflow-style, e.g. params.seed (default tags.{keys.TAG_SEED})")
     c.add_argument("--group-by", action="extend", nargs="+", default=[], metavar="KEY",
-                   help="keys that define a cell besides the recipe identity (e.g. params.model_name)")
+                   help="keys that define a cell besides the recipe identity (e.g. params.model_name; "
+                        "default: none)")
     c.add_argument("--tau", action="extend", nargs="+", type=finite, default=[], metavar="T",
-                   help="release bar(s) τ; several give a grid (default 0.7)")
-    c.add_argument("--eps", type=probability, default=0.10)
-    c.add_argument("--delta", type=probability, default=0.10)
+                   help=f"release bar(s) τ; several give a grid (default {DEFAULT_TAU}); for the accuracy metrics "
+                        "(accuracy/AUDIT) τ must lie in [0, 1]; a τ beyond every value the reruns "
+                        "logged is allowed and noted")
+    c.add_argument("--eps", type=probability, default=0.10,
+                   help="failure budget ε, strictly between 0 and 1 (default 0.10)")
+    c.add_argument("--delta", type=risk, default=0.10,
+                   help="statistical risk δ, strictly between 0 and 0.5 (default 0.10)")
     c.add_argument("--lower-is-better", action="store_true", help="the metric is a loss: fail when > τ")
     c.add_argument("--unfinished", choices=("fail", "refuse"), default="fail",
-                   help="unfinished reruns count as failures (default) or refuse the card")
-    c.add_argument("--recipe-id", default=None, help="only this recipe identity")
-    c.add_argument("--sweep-id", default=None, help="only the reruns of this sweep")
+                   help="unfinished reruns count as failures (fail, the default) or refuse the card")
+    c.add_argument("--recipe-id", default=None, help="only this recipe identity (default: every recipe)")
+    c.add_argument("--sweep-id", default=None, help="only the reruns of this sweep (default: every sweep)")
     c.add_argument("--planned-seeds", default=None,
                    help="seeds that were planned, e.g. 'range(59)' or '0,1,2' (default: from the sweeps)")
-    c.add_argument("--json", dest="json_path", type=Path, default=None, metavar="PATH")
+    c.add_argument("--json", dest="json_path", type=Path, default=None, metavar="PATH",
+                   help="write the card JSON here")
     c.add_argument("--out", type=Path, default=None, metavar="DIR", help="write JSON, Markdown and PNGs here")
-    c.add_argument("--no-log", action="store_true", help="do not log the card as MLflow runs")
-    c.add_argument("--split-audit", action="store_true", help="add the held-out split audit (SPEC 1.8)")
+    c.add_argument("--no-log", action="store_true",
+                   help="do not log the card as MLflow runs (logging is the default; a read-only store needs this)")
+    c.add_argument("--split-audit", action="store_true", help="add the held-out split audit")
     c.add_argument("--responsiveness", action="store_true", help="add the evidence-responsiveness plot")
-    c.add_argument("--splits", type=count, default=1000, help="random splits for the split audit")
-    c.add_argument("--bootstrap", type=count, default=2000, help="bootstrap resamples B")
-    c.add_argument("--bootstrap-seed", type=count, default=0)
+    c.add_argument("--splits", type=whole(1, SPLITS_MAX), default=1000,
+                   help=f"random splits for the split audit, 1 to {SPLITS_MAX} (default 1000)")
+    c.add_argument("--bootstrap", type=whole(1, BOOTSTRAP_MAX), default=2000,
+                   help=f"bootstrap resamples B, 1 to {BOOTSTRAP_MAX} (default 2000)")
+    c.add_argument("--bootstrap-seed", type=count, default=0, help="seed of the bootstrap (default 0)")
     c.add_argument("--band-method", choices=("auto", "exact-cp", "exact-ks", "dkw"), default="auto",
-                   help="the simultaneous band valid for every τ (default: exact Clopper–Pearson shape)")
+                   help="the simultaneous band valid for every τ (default auto: the exact Clopper–Pearson "
+                        "shape up to 2000 reruns, the exact KS band up to 20000, DKW beyond)")
 
     for module in EXTENSIONS:
         COMMANDS.update(importlib.import_module(module).register(sub))
     return p
 
 
-def _planned(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    t = text.strip()
-    try:
-        if t.startswith("range(") and t.endswith(")"):
-            return tuple(range(*(int(x) for x in t[6:-1].split(","))))
-        return tuple(int(x) for x in t.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"--planned-seeds must be 'range(N)' or a comma list of integers, not {text!r}.") from None
+SPLITS_MAX = 100_000
+BOOTSTRAP_MAX = 100_000
+DEFAULT_TAU = 0.7
 
 
 def cmd_bound(a: argparse.Namespace) -> int:
-    from .stats import tail_bound
+    from .stats.exact import tail_bound  # pure Python: no NumPy, SciPy or pandas to import
 
     tb = tail_bound(a.failures, a.reruns, a.eps, a.delta)
     out = {"upper_bound": tb.upper, "lower_bound": tb.lower, "sample_floor": tb.sample_floor,
@@ -98,52 +109,89 @@ def cmd_bound(a: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         print(f"{tb.k} failures in {tb.n} reruns, ε = {tb.eps}, δ = {tb.delta}:\n"
-              f"  upper bound U = {tb.upper:.4f}, lower bound L = {tb.lower:.4f}, "
-              f"sample floor N_min = {tb.sample_floor}\n  verdict: {tb.verdict}")
+              f"  upper bound U = {tb.upper:.4g}, lower bound L = {tb.lower:.4g}, "
+              f"sample floor N_min = {tb.sample_floor}\n  verdict: {tb.verdict}"
+              + (f" ({tb.more_clean_reruns_needed} more clean reruns would make it release-supported)"
+                 if tb.more_clean_reruns_needed else ""))
     return 0
 
 
 def cmd_card(a: argparse.Namespace) -> int:
+    from .commands import card_input as check
+    from .tracking import resolve_tracking_uri
+
+    # what the options alone decide, before the store is read
+    if not a.experiment_name.strip():
+        raise ValueError("--experiment-name must name an experiment.")
+    audits = list(a.audit or [])
+    check.audit_names(audits)
+    if a.metric is not None and not a.metric.strip():
+        raise ValueError("--metric must name a metric key.")
+    if a.metric and (audits or a.all_audits):
+        raise ValueError("Give --metric or --audit/--all-audits, not both.")
+    metric = a.metric or keys.accuracy_key(audits[0] if audits else keys.DEFAULT_AUDIT)
+    shift = a.all_audits or len(audits) > 1
+    metrics = [keys.accuracy_key(x) for x in dict.fromkeys(audits)] if shift and audits else [metric]
+    taus = tuple(a.tau or [DEFAULT_TAU])
+    check.taus_in_range(taus, metrics if not a.all_audits else [*metrics, keys.DEFAULT_METRIC],
+                        not a.lower_is_better)
+    check.budget(a.eps, a.delta)
+    planned = check.planned_seeds(a.planned_seeds)
+    check.output_paths(a.json_path, a.out)
+    uri = resolve_tracking_uri(a.tracking_uri)
+    check.tracking_uri(uri, will_log=not a.no_log)
+
     from .cards.build import CardOptions
     from .cards.compute import CardRequest, compute_cards
     from .cards.store import log_card_runs, render_files, write_json
     from .cards.sweep import print_summary
-    from .tracking import resolve_tracking_uri
 
-    audits = list(a.audit or [])
-    if a.metric and (audits or a.all_audits):
-        raise ValueError("Give --metric or --audit/--all-audits, not both.")
-    metric = a.metric or keys.accuracy_key(audits[0] if audits else keys.DEFAULT_AUDIT)
-    uri = resolve_tracking_uri(a.tracking_uri)
-    opts = CardOptions(taus=tuple(a.tau or [0.7]), eps=a.eps, delta=a.delta,
+    opts = CardOptions(taus=taus, eps=a.eps, delta=a.delta,
                        higher_is_better=not a.lower_is_better, unfinished=a.unfinished,
                        bootstrap_B=a.bootstrap, bootstrap_seed=a.bootstrap_seed, band_method=a.band_method)
     req = CardRequest(experiment=a.experiment_name, metric=metric, tracking_uri=uri, seed_key=a.seed_key,
                       group_by=tuple(a.group_by), recipe_id=a.recipe_id, sweep_id=a.sweep_id,
-                      planned_seeds=_planned(a.planned_seeds))
-    shift = a.all_audits or len(audits) > 1
-    if shift:  # SPEC 1.7: one card per audit set, side by side
+                      planned_seeds=planned)
+    if shift:  # one card per audit set, side by side
         from .cards.shift import compute_shift_cards, scored_audit_sets
 
         if a.all_audits:
             audits = [*audits, *(x for x in scored_audit_sets(req) if x not in audits)]
+            metrics = [keys.accuracy_key(x) for x in audits]
+    # what only the store knows: one read
+    notes = check.store(uri, a.experiment_name, metrics, seed_key=a.seed_key, group_by=a.group_by, taus=taus,
+                        higher_is_better=not a.lower_is_better, audits_named=bool(audits) or not a.metric)
+    if shift:
         doc = compute_shift_cards(req, opts, audits, split_audit=a.split_audit,
-                                  responsiveness=a.responsiveness, n_splits=max(a.splits, 1))
+                                  responsiveness=a.responsiveness, n_splits=a.splits)
     else:
         doc = compute_cards(req, opts, split_audit=a.split_audit, responsiveness=a.responsiveness,
-                            n_splits=max(a.splits, 1))
-    files = render_files(doc, a.out) if a.out else None
-    if a.json_path:
-        write_json(doc, a.json_path)
+                            n_splits=a.splits)
+    try:
+        files = render_files(doc, a.out) if a.out else None
+        if a.json_path:
+            write_json(doc, a.json_path)
+    except OSError as exc:
+        raise ValueError(f"Cannot write the card to {exc.filename or a.json_path or a.out}: "
+                         f"{exc.strerror or exc}.") from None
+    for note in notes:  # after the card: an error is the one line on stderr
+        print(f"recipe-audit: note: {note}", file=sys.stderr)
     print_summary(doc, files)
     if shift:
         from .cards.render import text_table
         from .cards.shift import shift_table
 
         header, rows = shift_table(doc["shift"], markdown=False)
-        print("\nShift (SPEC 1.7): calibration audit vs target audits\n" + text_table(rows, header))
+        print("\nShift: calibration audit vs target audits\n" + text_table(rows, header))
     if not a.no_log:
-        runs = log_card_runs(doc, uri, a.experiment_name)
+        try:
+            runs = log_card_runs(doc, uri, a.experiment_name)
+        except Exception as exc:  # noqa: BLE001 - a store that refuses the write: one sentence
+            if isinstance(exc, ValueError):
+                raise
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ValueError(f"The card was computed but could not be logged to {uri} ({first[:200]}); "
+                             "rerun with --no-log to skip logging.") from None
         print(f"Logged {len(runs)} card run(s) to experiment '{a.experiment_name}'.")
     return 0
 
@@ -157,18 +205,30 @@ COMMANDS = {"bound": cmd_bound, "card": cmd_card}
 EXTENSIONS: tuple[str, ...] = ("recipe_audit.commands.acceptance", "recipe_audit.commands.registry")
 
 
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .cards.build import CardError
-    from .query import QueryError
-    from .stats import StatsInputError
-    from .tracking import TrackingError
-
     try:
         return COMMANDS[args.command](args)
-    except (CardError, QueryError, StatsInputError, TrackingError, ValueError) as exc:
-        print(f"recipe-audit: error: {exc}", file=sys.stderr)
+    except ValueError as exc:  # CardError, QueryError, StatsInputError and every input check
+        print(f"recipe-audit: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        # the store's own errors, without importing the modules that define them (``bound``
+        # imports neither MLflow nor the tracking module): only a module that ran can have raised
+        tracking = sys.modules.get("recipe_audit.tracking")
+        mlflow_exc = sys.modules.get("mlflow.exceptions")
+        if (tracking is not None and isinstance(exc, tracking.TrackingError)) or (
+                mlflow_exc is not None and isinstance(exc, mlflow_exc.MlflowException)):
+            from .uris import mask_in_text
+
+            print(f"recipe-audit: error: {mask_in_text(_one_line(exc))}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

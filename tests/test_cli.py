@@ -38,7 +38,7 @@ def test_bound_through_console_script():
     (["bound", "-k", "7", "-n", "5"], "exceed"),
     (["bound", "-k", "0", "-n", "0"], "reruns"),
     (["bound", "-k", "1", "-n", "5", "--eps", "1.5"], "between 0 and 1"),
-    (["bound", "-k", "1", "-n", "5", "--delta", "0"], "between 0 and 1"),
+    (["bound", "-k", "1", "-n", "5", "--delta", "0"], "between 0 and 0.5"),
     (["bound", "-k", "x", "-n", "5"], "whole number"),
     (["card", "--experiment-name", "exp", "--tau", "abc"], "not a number"),
 ])

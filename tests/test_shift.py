@@ -118,7 +118,7 @@ def test_shift_cards_side_by_side(store, capsys, tmp_path):
     out = tmp_path / "card.json"
     rc = main(["card", "--experiment-name", "exp", "--all-audits", "--json", str(out), "--no-log"])
     printed = capsys.readouterr().out
-    assert rc == 0 and "Shift (SPEC 1.7)" in printed and "refused-shift (not scored)" in printed
+    assert rc == 0 and "Shift: calibration audit vs target audits" in printed and "refused-shift (not scored)" in printed
     assert json.loads(out.read_text())["shift"] == doc["shift"]
     # one audit set asked alone: a card for it, refused for the recipe never scored there
     one = compute_cards(CardRequest(experiment="exp", tracking_uri=store, metric="accuracy/entailment/calibration"),

@@ -1,12 +1,21 @@
 """Argument types shared by every ``recipe-audit`` subcommand (argparse ``type=`` callables).
 
-Each rejects bad text with one short phrase; argparse prefixes the option name."""
+Each rejects bad text with one short phrase; argparse prefixes the option name. Whole numbers are
+checked against their range as Python integers, before anything could overflow."""
 
 from __future__ import annotations
 
 import argparse
 import math
 from collections.abc import Callable
+
+#: The most reruns a count may hold (the same as recipe_audit.stats.exact.MAX_RERUNS).
+MAX_RERUNS = 10**15
+
+
+def shown(text: str, limit: int = 40) -> str:
+    """``text`` quoted for a message, shortened when long (a pasted line must not become the message)."""
+    return repr(text) if len(text) <= limit else repr(text[: limit - 3] + "...")
 
 
 def number(check: Callable[[float], bool] | None = None, requirement: str = "", *,
@@ -19,17 +28,31 @@ def number(check: Callable[[float], bool] | None = None, requirement: str = "", 
             v = int(text) if integer else float(text)
         except ValueError:
             kind = "a whole number" if integer else "a number"
-            raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not {kind}") from None
         if not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a finite number")
         if check is not None and not check(v):
-            raise argparse.ArgumentTypeError(f"{text} {requirement}")
+            raise argparse.ArgumentTypeError(f"{shown(text, 30)} {requirement}")
         return v
 
     return parse
 
 
+def whole(minimum: int = 0, maximum: int | None = None, maximum_text: str | None = None):
+    """A parser for whole numbers in ``[minimum, maximum]``."""
+    top = maximum_text or (str(maximum) if maximum is not None else "")
+    if maximum is None:
+        requirement = "is negative" if minimum == 0 else f"must be at least {minimum}"
+    else:
+        requirement = f"must lie between {minimum} and {top}"
+    return number(lambda v: v >= minimum and (maximum is None or v <= maximum), requirement, integer=True)
+
+
 finite = number()
 probability = number(lambda v: 0 < v < 1, "must lie strictly between 0 and 1")
+#: The statistical risk δ: a one-sided bound at confidence below one half is not a bound.
+risk = number(lambda v: 0 < v < 0.5, "must lie strictly between 0 and 0.5 (one-sided bounds need delta < 0.5)")
 positive = number(lambda v: v > 0, "must be a positive number")
 count = number(lambda v: v >= 0, "is negative", integer=True)
+failures = whole(0, MAX_RERUNS, "10^15")
+reruns = whole(1, MAX_RERUNS, "10^15")

@@ -1,79 +1,63 @@
-"""Pure statistics of recipe cards (SPEC Part 1, sections 1.3–1.8); numpy and scipy only.
+"""Pure statistics of recipe cards: numpy and scipy only (pure Python for one cell).
 
-* :mod:`.bounds` — one-sided exact Clopper–Pearson bounds, the sample floor ``N_min``, ``tail_bound``;
-* :mod:`.verdicts` — the SPEC 1.5 verdict strings and rules;
-* :mod:`.rules` — the SPEC 1.6 comparison rules (mean, median, bootstrap, mean − 2 sd, card);
-* :mod:`.split_audit` — the SPEC 1.8 held-out split audit and evidence responsiveness;
-* :mod:`.curtail` — SPEC 1.10 curtailment: when the verdict at a planned N is already settled;
-* :mod:`.band` — SPEC 1.10 simultaneous upper band on the failure curve, valid for every τ at once.
+* :mod:`.exact` — the statistics of one cell in pure Python: the exact sample floor ``N_min``, the
+  bounds for one ``(k, n)``, the verdict, ``tail_bound``;
+* :mod:`.bounds` — one-sided exact Clopper–Pearson bounds for arrays (NumPy and SciPy);
+* :mod:`.verdicts` — the verdict strings and rules;
+* :mod:`.rules` — the comparison rules (mean, median, bootstrap, mean − 2 sd, card);
+* :mod:`.split_audit` — the held-out split audit and evidence responsiveness;
+* :mod:`.curtail` — curtailment: when the verdict at a planned N is already settled;
+* :mod:`.band` — the simultaneous upper band on the failure curve, valid for every τ at once.
 
 >>> from recipe_audit.stats import tail_bound
 >>> tail_bound(0, 22).verdict
 'release-supported'
 
 References: C. J. Clopper and E. S. Pearson (1934), Biometrika 26(4), 404-413.
+
+Names are imported on first use (``recipe-audit bound`` loads :mod:`.exact` alone, not SciPy).
 """
 
 from __future__ import annotations
 
-from .band import (
-    BAND_METHODS,
-    BandBounds,
-    SimultaneousBand,
-    band_bounds,
-    band_coverage,
-    band_sample_floor,
-    simultaneous_band,
-)
-from .bounds import (
-    TailBound,
-    clopper_pearson_lower,
-    clopper_pearson_upper,
-    more_clean_reruns_needed,
-    sample_floor,
-    tail_bound,
-)
-from .curtail import (
-    STOP_ON,
-    CurtailPlan,
-    CurtailSimulation,
-    CurtailState,
-    curtail_determined,
-    curtail_plan,
-    curtail_sequence,
-    curtail_state,
-    curtailed_verdict_array,
-    simulate_curtailment,
-)
-from .errors import StatsInputError
-from .rules import (
-    RULES,
-    RuleDecisions,
-    apply_rules,
-    bootstrap_percentile,
-    count_failures,
-    failure_mask,
-)
-from .split_audit import (
-    DEFAULT_AUDIT_B,
-    AuditCell,
-    CellAudit,
-    EvidenceResponsiveness,
-    RuleAudit,
-    SplitAuditResult,
-    evidence_responsiveness,
-    held_out_split_audit,
-)
-from .verdicts import (
-    INSUFFICIENT,
-    REFUSED_SHIFT,
-    STRONG_UNSUPPORTED,
-    SUPPORTED,
-    UNSUPPORTED,
-    VERDICTS,
-    verdict,
-    verdict_array,
-)
+import importlib
+
+_WHERE = {
+    "exact": ("INSUFFICIENT", "REFUSED_SHIFT", "STRONG_UNSUPPORTED", "SUPPORTED", "UNSUPPORTED", "VERDICTS",
+              "TailBound", "more_clean_reruns_needed", "sample_floor", "tail_bound", "verdict"),
+    "bounds": ("clopper_pearson_lower", "clopper_pearson_upper"),
+    "verdicts": ("verdict_array",),
+    "band": ("BAND_METHODS", "BandBounds", "SimultaneousBand", "band_bounds", "band_coverage",
+             "band_sample_floor", "simultaneous_band"),
+    "curtail": ("STOP_ON", "CurtailPlan", "CurtailSimulation", "CurtailState", "curtail_determined",
+                "curtail_plan", "curtail_sequence", "curtail_state", "curtailed_verdict_array",
+                "simulate_curtailment"),
+    "errors": ("StatsInputError",),
+    "rules": ("RULES", "RuleDecisions", "apply_rules", "bootstrap_percentile", "count_failures", "failure_mask"),
+    "split_audit": ("DEFAULT_AUDIT_B", "AuditCell", "CellAudit", "EvidenceResponsiveness", "RuleAudit",
+                    "SplitAuditResult", "evidence_responsiveness", "held_out_split_audit"),
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
+
+
+def __getattr__(name: str):
+    """Import the submodule that defines ``name`` on first use (PEP 562)."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return importlib.import_module(f"{__name__}.{name}")  # a submodule: stats.acceptance
+        except ModuleNotFoundError:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULE_OF})
+
 
 __all__ = [
     "BAND_METHODS",

@@ -7,6 +7,7 @@ import numbers
 import numpy as np
 
 from .errors import StatsInputError
+from .exact import DELTA_RULE, MAX_RERUNS, MAX_RERUNS_TEXT
 
 
 def _fmt(x) -> str:
@@ -18,13 +19,24 @@ def _fmt(x) -> str:
 
 
 def as_count(name: str, value) -> np.ndarray:
-    """Return ``value`` as an int64 array, rejecting bools, non-numbers and non-whole numbers."""
+    """Return ``value`` as an int64 array, rejecting bools, non-numbers, non-whole numbers and
+    counts above ``MAX_RERUNS`` (checked before any conversion could overflow)."""
     if isinstance(value, (bool, np.bool_)):
         raise StatsInputError(f"{name} must be a whole number, got the boolean {value}.")
+    if isinstance(value, int) and abs(value) > MAX_RERUNS:  # before NumPy wraps or refuses it
+        raise StatsInputError(f"{name} must be at most {MAX_RERUNS_TEXT}, got {_big(value)}.")
     arr = np.asarray(value)
     if arr.dtype == np.bool_:
         raise StatsInputError(f"{name} must hold whole numbers, got booleans.")
+    if arr.dtype.kind == "O" and arr.size and all(isinstance(x, int) and not isinstance(x, bool)
+                                                  for x in arr.flat):
+        big = [x for x in arr.flat if abs(x) > MAX_RERUNS]
+        if big:
+            raise StatsInputError(f"{name} must be at most {MAX_RERUNS_TEXT}, got {_big(big[0])}.")
+        arr = arr.astype(np.int64)
     if arr.dtype.kind in "iu":
+        if arr.size and arr.max() > MAX_RERUNS:  # compared in the array's own type: no wrap-around
+            raise StatsInputError(f"{name} must be at most {MAX_RERUNS_TEXT}, got {int(arr.max())}.")
         return arr.astype(np.int64, copy=False)
     if arr.dtype.kind != "f":
         raise StatsInputError(f"{name} must be a whole number, got {value!r}.")
@@ -32,9 +44,13 @@ def as_count(name: str, value) -> np.ndarray:
     if np.any(bad):
         first = arr[bad].flat[0]
         raise StatsInputError(f"{name} must be a whole number, got {_fmt(first)}.")
-    if np.any(np.abs(arr) > 2**53):
-        raise StatsInputError(f"{name} is too large to be a count of reruns.")
+    if np.any(arr > MAX_RERUNS):
+        raise StatsInputError(f"{name} must be at most {MAX_RERUNS_TEXT}, got {_fmt(arr[arr > MAX_RERUNS].flat[0])}.")
     return arr.astype(np.int64)
+
+
+def _big(x: int) -> str:
+    return str(x) if abs(x) < 10**40 else f"a {len(str(abs(x)))}-digit number"
 
 
 def check_counts(k, n) -> tuple[np.ndarray, np.ndarray]:
@@ -72,6 +88,23 @@ def check_prob(name: str, value) -> np.ndarray:
         first = arr[bad].flat[0]
         raise StatsInputError(f"{name} must lie strictly between 0 and 1, got {_fmt(first)}.")
     return arr
+
+
+def check_delta(value) -> np.ndarray:
+    """Validate the statistical risk delta, strictly inside (0, 0.5); return a float64 array."""
+    arr = check_prob("delta", value)
+    bad = ~(arr < 0.5)
+    if np.any(bad):
+        raise StatsInputError(f"delta must lie strictly between 0 and 0.5, got {_fmt(arr[bad].flat[0])}: {DELTA_RULE}.")
+    return arr
+
+
+def check_scalar_delta(value) -> float:
+    """Like :func:`check_delta` but for a single number; returns a Python float."""
+    arr = check_delta(value)
+    if arr.ndim != 0:
+        raise StatsInputError(f"delta must be a single number, got an array of shape {arr.shape}.")
+    return float(arr)
 
 
 def check_scalar_prob(name: str, value) -> float:

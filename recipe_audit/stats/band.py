@@ -61,7 +61,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import special, stats
 
-from ._validate import check_metrics, check_positive_int, check_scalar_prob
+from ._validate import check_metrics, check_positive_int, check_scalar_delta, check_scalar_prob
 from .bounds import clopper_pearson_upper, sample_floor
 from .errors import StatsInputError
 
@@ -308,7 +308,7 @@ def simultaneous_band(n: int, delta: float = 0.10, method: str = "auto") -> Simu
     References: Birnbaum & Tingey (1951); Massart (1990); Moscovich & Nadler (2017).
     """
     n = check_positive_int("n", n)
-    d = check_scalar_prob("delta", delta)
+    d = check_scalar_delta(delta)
     if method != "auto":
         return _band(n, d, method)
     try:
@@ -380,7 +380,7 @@ def band_sample_floor(eps: float = 0.10, delta: float = 0.10, method: str = "aut
     (46, 22)
     """
     e = check_scalar_prob("eps", eps)
-    d = check_scalar_prob("delta", delta)
+    d = check_scalar_delta(delta)
     if method not in ("auto", *BAND_METHODS):
         raise StatsInputError(f"unknown band method {method!r}; use one of {', '.join(BAND_METHODS)} or 'auto'.")
     floor = _auto_floor(e, d) if method == "auto" else _floor(e, d, method)
@@ -471,7 +471,7 @@ def band_bounds(metrics, taus, *, eps: float = 0.10, delta: float = 0.10, higher
     if t.ndim != 1 or not np.all(np.isfinite(t)):
         raise StatsInputError("the bars tau must be finite numbers.")
     e = check_scalar_prob("eps", eps)
-    d = check_scalar_prob("delta", delta)
+    d = check_scalar_delta(delta)
     n = m.size + extra
     if n < 1:
         raise StatsInputError("a band needs at least one rerun.")

@@ -37,7 +37,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ._validate import check_counts, check_positive_int, check_scalar_prob, make_rng
+from ._validate import check_counts, check_positive_int, check_scalar_delta, check_scalar_prob, make_rng
 from .bounds import clopper_pearson_lower, clopper_pearson_upper, sample_floor
 from .errors import StatsInputError
 from .verdicts import INSUFFICIENT, STRONG_UNSUPPORTED, SUPPORTED, UNSUPPORTED, verdict_array
@@ -108,7 +108,7 @@ def curtail_plan(n_planned: int, eps: float = 0.10, delta: float = 0.10) -> Curt
     (2, 10)
     """
     n = check_positive_int("planned reruns N", n_planned)
-    return _plan(n, check_scalar_prob("eps", eps), check_scalar_prob("delta", delta))
+    return _plan(n, check_scalar_prob("eps", eps), check_scalar_delta(delta))
 
 
 def _counts(k, m, n_planned):
@@ -149,12 +149,12 @@ def curtailed_verdict_array(k, m, n_planned, eps=0.10, delta=0.10) -> np.ndarray
     ``m == N``. Vectorised; returns a string array."""
     k_arr, m_arr, n = _counts(k, m, n_planned)
     e = check_scalar_prob("eps", eps)
-    d = check_scalar_prob("delta", delta)
+    d = check_scalar_delta(delta)
     upper = np.asarray(clopper_pearson_upper(k_arr + (n - m_arr), n, d))
     lower = np.asarray(clopper_pearson_lower(k_arr, n, d))
     out = np.full(k_arr.shape, UNSUPPORTED if n >= sample_floor(e, d) else INSUFFICIENT, dtype="<U21")
-    if n >= sample_floor(e, d):
-        out[upper <= e] = SUPPORTED
+    if n >= sample_floor(e, d):  # k + r = 0 certifies exactly at N >= N_min
+        out[(upper <= e) | (k_arr + (n - m_arr) == 0)] = SUPPORTED
     out[lower > e] = STRONG_UNSUPPORTED
     return out
 
@@ -242,7 +242,7 @@ def curtail_state(k: int, m: int, n_planned: int, eps: float = 0.10, delta: floa
     if k_arr.ndim:
         raise StatsInputError("curtail_state takes a single k and m; use curtail_determined() for arrays.")
     e = check_scalar_prob("eps", eps)
-    d = check_scalar_prob("delta", delta)
+    d = check_scalar_delta(delta)
     k_i, m_i = int(k_arr), int(m_arr)
     r = n - m_i
     plan = curtail_plan(n, e, d)
@@ -337,7 +337,7 @@ def simulate_curtailment(failure_prob: float, n_planned: int = 59, *, eps: float
     sims = check_positive_int("n_sims", n_sims)
     _check_stop_on(stop_on)
     e = check_scalar_prob("eps", eps)
-    d = check_scalar_prob("delta", delta)
+    d = check_scalar_delta(delta)
     gen, seed, info = make_rng(rng)
     fails = gen.random((sims, n)) < p
     cum = np.cumsum(fails, axis=1)

@@ -28,15 +28,16 @@ from types import MappingProxyType
 
 import numpy as np
 
+from . import exact
 from ._validate import (
     check_counts,
     check_metrics,
     check_positive_int,
+    check_scalar_delta,
     check_scalar_prob,
     check_tau,
     make_rng,
 )
-from .bounds import clopper_pearson_lower, clopper_pearson_upper, sample_floor
 from .errors import StatsInputError
 from .verdicts import verdict as _verdict
 
@@ -204,7 +205,7 @@ def apply_rules(
     m = check_metrics(metrics)
     t = check_tau(tau)
     e = check_scalar_prob("eps", eps)
-    d = check_scalar_prob("delta", delta)
+    d = check_scalar_delta(delta)
     B = check_positive_int("B", B)
     n_unfinished = check_positive_int("n_unfinished", n_unfinished, minimum=0)
     generator, seed, rng_info = make_rng(rng)
@@ -253,10 +254,11 @@ def apply_rules(
         # ships when stat >= tau (higher is better) or stat <= tau (lower is better); nan -> False
         return bool(stat >= t) if hib else bool(stat <= t)
 
-    upper = float(clopper_pearson_upper(k_card, n_card, d))
-    lower = float(clopper_pearson_lower(k_card, n_card, d))
-    n_min = sample_floor(e, d)
-    card_ships = bool(n_card >= n_min and upper <= e)
+    # the card's own numbers, as tail_bound computes them (so the card rule and the verdict agree)
+    upper = exact.upper_bound(k_card, n_card, d)
+    lower = exact.lower_bound(k_card, n_card, d)
+    n_min = exact.sample_floor(e, d)
+    card_ships = exact.certifies(k_card, n_card, e, d)
     decisions = (
         ("mean", _ok(mean)),
         ("median", _ok(median)),

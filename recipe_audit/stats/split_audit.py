@@ -41,6 +41,7 @@ import numpy as np
 from ._validate import (
     check_metrics,
     check_positive_int,
+    check_scalar_delta,
     check_scalar_prob,
     check_tau,
     make_rng,
@@ -203,9 +204,8 @@ def _rules_on_rows(audit, k_audit, tau, eps, delta, n_min, audit_B, hib, rng) ->
         sd = np.sqrt((dev * dev).sum(axis=1) / (cnt - 1))
         sd[cnt < 2] = np.nan
     boot = _bootstrap_limits(audit, finite, cnt, audit_B, bootstrap_percentile(hib), rng)
-    card_table = (n_audit >= n_min) & (
-        np.asarray(clopper_pearson_upper(np.arange(n_audit + 1), n_audit, delta)) <= eps
-    )
+    ks = np.arange(n_audit + 1)  # k = 0 certifies exactly at N >= N_min (the floor decides)
+    card_table = (n_audit >= n_min) & ((np.asarray(clopper_pearson_upper(ks, n_audit, delta)) <= eps) | (ks == 0))
     ships = np.empty((len(RULES), n_rows), dtype=bool)
     if hib:
         ships[0] = mean >= tau
@@ -432,7 +432,7 @@ def held_out_split_audit(
     """
     cell_list = _coerce_cells(cells)
     e = check_scalar_prob("eps", eps)
-    d = check_scalar_prob("delta", delta)
+    d = check_scalar_delta(delta)
     S = check_positive_int("n_splits", n_splits)
     B = check_positive_int("B", B)
     audit_B = check_positive_int("audit_B", audit_B)
@@ -542,7 +542,7 @@ def evidence_responsiveness(
     if not size_list:
         raise StatsInputError("sizes must hold at least one audit size.")
     e = check_scalar_prob("eps", eps)
-    d = check_scalar_prob("delta", delta)
+    d = check_scalar_delta(delta)
     S = check_positive_int("n_splits", n_splits)
     audit_B = check_positive_int("audit_B", audit_B)
     generator, seed, rng_info = make_rng(rng)

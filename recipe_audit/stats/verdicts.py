@@ -1,11 +1,11 @@
-"""The recipe-card verdicts (SPEC 1.5): exactly one per cell.
+"""The recipe-card verdicts: exactly one per cell.
 
 =========================  ===================================================================
 ``insufficient-evidence``  ``N < N_min``
 ``release-supported``      ``N >= N_min`` and ``U <= eps``
 ``strong-unsupported``     ``L > eps``; takes precedence over ``insufficient-evidence``
 ``unsupported``            otherwise
-``refused-shift``          asked about an audit set the recipe was not measured on (SPEC 1.7);
+``refused-shift``          asked about an audit set the recipe was not measured on;
                            never produced by :func:`verdict`, which only sees counts
 =========================  ===================================================================
 
@@ -18,9 +18,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import check_counts, check_scalar_prob
+from . import exact
+from ._validate import check_counts, check_scalar_delta, check_scalar_prob
 from .bounds import clopper_pearson_lower, clopper_pearson_upper, sample_floor
 from .errors import StatsInputError
+from .exact import (  # the strings are defined once, beside the scalar verdict
+    INSUFFICIENT,
+    REFUSED_SHIFT,
+    STRONG_UNSUPPORTED,
+    SUPPORTED,
+    UNSUPPORTED,
+    VERDICTS,
+)
 
 __all__ = [
     "INSUFFICIENT",
@@ -33,15 +42,6 @@ __all__ = [
     "verdict_array",
 ]
 
-INSUFFICIENT = "insufficient-evidence"
-SUPPORTED = "release-supported"
-STRONG_UNSUPPORTED = "strong-unsupported"
-UNSUPPORTED = "unsupported"
-REFUSED_SHIFT = "refused-shift"
-
-VERDICTS = (INSUFFICIENT, SUPPORTED, STRONG_UNSUPPORTED, UNSUPPORTED, REFUSED_SHIFT)
-
-
 def verdict_array(k, n, eps=0.10, delta=0.10) -> np.ndarray:
     """Vectorised :func:`verdict`: ``k`` and ``n`` broadcast together; ``eps``, ``delta`` scalars.
 
@@ -49,20 +49,22 @@ def verdict_array(k, n, eps=0.10, delta=0.10) -> np.ndarray:
     """
     k_arr, n_arr = check_counts(k, n)
     e = check_scalar_prob("eps", eps)
-    d = check_scalar_prob("delta", delta)
+    d = check_scalar_delta(delta)
     kb, nb = np.broadcast_arrays(k_arr, n_arr)
     n_min = sample_floor(e, d)
     upper = np.asarray(clopper_pearson_upper(kb, nb, d))
     lower = np.asarray(clopper_pearson_lower(kb, nb, d))
     out = np.full(kb.shape, UNSUPPORTED, dtype=f"<U{max(len(v) for v in VERDICTS)}")
-    out[(nb >= n_min) & (upper <= e)] = SUPPORTED
+    # k = 0 certifies exactly when N >= N_min (the floor's own exact comparison, not the rounded U)
+    out[(nb >= n_min) & ((upper <= e) | (kb == 0))] = SUPPORTED
     out[nb < n_min] = INSUFFICIENT
     out[lower > e] = STRONG_UNSUPPORTED  # last: wins over insufficient-evidence
     return out
 
 
 def verdict(k, n, eps=0.10, delta=0.10) -> str:
-    """The SPEC 1.5 verdict for ``k`` failures in ``n`` reruns (unfinished reruns count as failures).
+    """The verdict for ``k`` failures in ``n`` reruns (unfinished reruns count as failures);
+    the same as ``tail_bound(k, n, eps, delta).verdict`` (:func:`.exact.verdict`).
 
     >>> verdict(0, 22), verdict(0, 21), verdict(5, 5), verdict(3, 30)
     ('release-supported', 'insufficient-evidence', 'strong-unsupported', 'unsupported')
@@ -70,4 +72,4 @@ def verdict(k, n, eps=0.10, delta=0.10) -> str:
     k_arr, n_arr = check_counts(k, n)
     if k_arr.ndim or n_arr.ndim:
         raise StatsInputError("verdict takes a single k and a single n; use verdict_array for arrays.")
-    return str(verdict_array(k_arr, n_arr, eps, delta))
+    return exact.verdict(int(k_arr), int(n_arr), eps, delta)

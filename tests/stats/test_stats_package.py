@@ -11,7 +11,7 @@ import pytest
 
 import recipe_audit.stats as stats
 
-MODULES = ["recipe_audit.stats", "recipe_audit.stats.bounds", "recipe_audit.stats.verdicts",
+MODULES = ["recipe_audit.stats", "recipe_audit.stats.exact", "recipe_audit.stats.bounds", "recipe_audit.stats.verdicts",
            "recipe_audit.stats.rules", "recipe_audit.stats.split_audit"]  # fmt: skip
 FORBIDDEN = {"mlflow", "hydra", "omegaconf", "torch", "pandas"}
 
@@ -44,3 +44,14 @@ def test_no_heavy_imports():
 def test_public_api_exported():
     for name in stats.__all__:
         assert hasattr(stats, name), name
+
+
+def test_the_scalar_statistics_need_neither_numpy_nor_scipy():
+    """recipe-audit bound imports the exact module alone (the package imports names on first use)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from recipe_audit.stats import tail_bound; tail_bound(6, 59); tail_bound(0, 59, 1e-12); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'scipy', 'pandas'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

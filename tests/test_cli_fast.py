@@ -1,0 +1,81 @@
+"""``recipe-audit bound`` and every ``--help`` import only what they need (bench/bench_cli.py times
+them), and the help states the true defaults."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from recipe_audit.cli import build_parser
+
+HEAVY = ("pandas", "mlflow", "numpy", "scipy", "matplotlib", "torch", "sqlalchemy")
+
+
+def _imported_by(argv: list[str]) -> tuple[int, str, list[str]]:
+    """Run the CLI in a fresh interpreter; return its exit status, stdout and the heavy packages it imported."""
+    code = ("import json, sys\nfrom recipe_audit.cli import main\n"
+            f"try:\n    rc = main({argv!r})\nexcept SystemExit as e:\n    rc = e.code\n"
+            f"print(json.dumps([rc, sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rc, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
+    return rc, proc.stdout, heavy
+
+
+@pytest.mark.parametrize("argv", [
+    ["bound", "-k", "6", "-n", "59"],
+    ["bound", "-k", "0", "-n", "59", "--eps", "1e-12", "--json"],
+    ["bound", "-k", "300", "-n", "1000", "--delta", "0.01"],
+    ["bound", "-k", "0", "-n", "59", "--delta", "0.9"],  # bad input: the sentence needs no more
+])  # fmt: skip
+def test_bound_imports_neither_pandas_nor_mlflow(argv):
+    rc, _, heavy = _imported_by(argv)
+    assert rc in (0, 2)
+    assert heavy == [], heavy  # not even NumPy or SciPy for counts a sweep has
+
+
+@pytest.mark.parametrize("command", [[], ["bound"], ["card"], ["acceptance"], ["attach"], ["gate"], ["verify"]])
+def test_help_imports_nothing_heavy(command):
+    rc, out, heavy = _imported_by([*command, "--help"])
+    assert rc == 0 and "usage: recipe-audit" in out
+    assert heavy == [], heavy
+
+
+def _actions():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, p in sub.choices.items():
+        for action in p._actions:
+            yield name, action
+
+
+def test_help_states_the_true_defaults():
+    from recipe_audit.cli import DEFAULT_TAU
+
+    stated = 0
+    for name, action in _actions():
+        text = action.help or ""
+        default = DEFAULT_TAU if action.dest == "tau" else action.default  # [] on the parser: 0.7 applies
+        for value in re.findall(r"default:? (-?\d[\d.]*)", text):
+            assert float(value) == float(default), (name, action.option_strings, text, default)
+            stated += 1
+        if name in ("bound", "card") and action.default not in (None, False, "==SUPPRESS=="):
+            assert "default" in text, (name, action.option_strings, "states no default")
+    assert stated >= 10
+
+
+def test_acceptance_help_defaults_are_the_statistics_defaults():
+    from recipe_audit.commands import acceptance as cmd
+    from recipe_audit.stats import acceptance as sa
+
+    for name in ("MECHANISM_CLASSES", "DEFAULT_BOUNDARY", "DEFAULT_RESAMPLES", "DEFAULT_LEVEL", "DEFAULT_MARGIN"):
+        assert getattr(cmd, name) == getattr(sa, name), name
+
+
+def test_no_help_cites_the_spec():
+    for name, action in _actions():
+        assert "SPEC" not in (action.help or ""), (name, action.option_strings)
