@@ -163,10 +163,10 @@ class RecipeAuditCallback(Callback):
                               "e.g. metric=eval_accuracy.")
         if not self.taus:
             raise OptionError(f"{name('taus')} is empty: a card needs at least one release bar.")
-        for option in ("eps", "delta"):
+        for option, top in (("eps", 1.0), ("delta", 0.5)):  # the one-sided bounds need delta < 0.5
             v = getattr(self, option)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
-                raise OptionError(f"{name(option)} must lie strictly between 0 and 1, not {v}.")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < top:
+                raise OptionError(f"{name(option)} must lie strictly between 0 and {top:g}, not {v}.")
         if self.unfinished not in ("fail", "refuse"):
             raise OptionError(f"{name('unfinished')} must be 'fail' or 'refuse', not {self.unfinished!r}.")
         try:

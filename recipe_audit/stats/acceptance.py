@@ -760,7 +760,8 @@ class GateC:
     def reason(self) -> str:
         und = self.signature.undefined_reason
         if und is not None:
-            return und[0].upper() + und[1:] + "."
+            # capitalise a leading Latin letter only: "α_T" must not become the Greek capital "Α_T"
+            return (und[0].upper() if und[0].isascii() else und[0]) + und[1:] + "."
         rho = self.signature.rho
         rel = "<" if rho < self.boundary else "≥"
         return (f"ρ_AT = {rho:.4f} {rel} {self.boundary:g} signs the update as {self.signed_class}; "

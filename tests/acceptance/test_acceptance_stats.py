@@ -380,3 +380,17 @@ def test_paired_records_reject_incomplete_questions():
                                       [1, 0, 1])
     with pytest.raises(StatsInputError, match="0 or 1"):
         sa.PairedRecords.from_columns(["q0"] * 4, [0] * 4, [0, 0, 1, 1], [0, 1, 0, 1], [1, 0, 2, 1])
+
+
+def test_gate_c_reason_keeps_the_greek_alpha():
+    """A reason that starts with α_T stays α_T: capitalising it would print the Greek capital
+    alpha, which reads as a Latin A_T (a different quantity)."""
+    from recipe_audit.stats.acceptance import GateC, MechanismSignature
+
+    sig = MechanismSignature(alpha_T=0.0, alpha_A=0.3, norm_T=1.0, norm_A=1.0, norm_update=1.0)
+    gate = GateC(status="na", claimed_class="shrinkage", signed_class=None, boundary=0.5, signature=sig)
+    assert gate.reason.startswith("α_T = 0 (the update")
+    assert "\u0391" not in gate.reason  # GREEK CAPITAL LETTER ALPHA
+    sig2 = MechanismSignature(alpha_T=0.5, alpha_A=0.3, norm_T=0.0, norm_A=1.0, norm_update=1.0)
+    gate2 = GateC(status="na", claimed_class="shrinkage", signed_class=None, boundary=0.5, signature=sig2)
+    assert gate2.reason.startswith("The task gradient")
