@@ -148,7 +148,7 @@ def _attach_rerun(audit_names, cfg):
     try:
         store = tracking.open_store(rerun.tracking_uri, rerun.experiment_name)
         logger = tracking.RerunLogger.attach(store, rerun.run_id, rerun.artifact_uri)
-        store.client.set_tag(rerun.run_id, keys.TAG_AUDIT_SETS, ",".join(audit_names))
+        rerun.tags[keys.TAG_AUDIT_SETS] = ",".join(audit_names)  # written when the callback closes the run
         logger.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     except tracking.TrackingError as exc:
         _fail(str(exc), exc)
