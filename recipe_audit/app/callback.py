@@ -146,6 +146,7 @@ class RecipeAuditCallback(Callback):
         self._uri: str | None = None
         self._experiment: str | None = None
         self._progress: _Progress | None = None
+        self._const: dict[str, Any] | None = None
 
     # -- options ----------------------------------------------------------------------------
 
@@ -341,21 +342,18 @@ class RecipeAuditCallback(Callback):
     def _open_rerun(self, config: DictConfig) -> _Job:
         from .. import keys, tracking
 
-        uri, name = self._store_names(config)
-        store = tracking.open_store(uri, name)
-        multirun = str(OmegaConf.select(config, "hydra.mode")) == "RunMode.MULTIRUN"
-        sweep = tracking.current_sweep(Path(str(config.hydra.sweep.dir))) if multirun else None
+        const = self._job_constants(config)
+        store = tracking.open_store(const["uri"], const["experiment"])
+        sweep = tracking.current_sweep(Path(const["sweep_dir"])) if const["multirun"] else None
         seed = OmegaConf.select(config, self.seed_key)
         resolved, raw = _job_config(config)
-        runtime_paths = [OmegaConf.select(config, "hydra.runtime.output_dir"),
-                         OmegaConf.select(config, "hydra.sweep.dir"), OmegaConf.select(config, "hydra.run.dir")]
+        runtime_paths = [OmegaConf.select(config, "hydra.runtime.output_dir"), const["sweep_dir"], const["run_dir"]]
         recipe_id = tracking.config_identity(resolved, (self.seed_key, *self.identity_exclude), raw=raw,
                                              runtime_paths=[str(p) for p in runtime_paths if p])
         overrides = [o for o in (OmegaConf.select(config, "hydra.overrides.task") or [])
                      if o.split("=", 1)[0].lstrip("+~") != self.seed_key]
-        recipe_name = _select_str(resolved, "recipe.name") or " ".join(overrides) or str(
-            OmegaConf.select(config, "hydra.job.name"))
-        label = _select_str(resolved, "recipe.name") or str(OmegaConf.select(config, "hydra.job.name"))
+        recipe_name = _select_str(resolved, "recipe.name") or " ".join(overrides) or const["job_name"]
+        label = _select_str(resolved, "recipe.name") or const["job_name"]
         tags = {
             keys.TAG_KIND: keys.KIND_RERUN, keys.TAG_RECIPE_ID: recipe_id, keys.TAG_RECIPE_NAME: recipe_name[:5000],
             keys.TAG_SEED: str(seed), keys.TAG_HOST: socket.gethostname(), keys.TAG_PID: str(os.getpid()),
@@ -374,6 +372,20 @@ class RecipeAuditCallback(Callback):
                       store.experiment_name, int(seed) if _is_int(seed) else seed, recipe_id,
                       sweep.sweep_id if sweep else None)
         return _Job(rerun, tracking.flatten(resolved), saved, f"seed {seed}")
+
+    def _job_constants(self, config: DictConfig) -> dict[str, Any]:
+        """What every job of this multirun shares (read once a process: each look-up in Hydra's
+        config costs about a millisecond)."""
+        if self._const is None:
+            uri, name = self._store_names(config)
+            self._const = {
+                "uri": uri, "experiment": name,
+                "multirun": str(OmegaConf.select(config, "hydra.mode")) == "RunMode.MULTIRUN",
+                "sweep_dir": str(OmegaConf.select(config, "hydra.sweep.dir")),
+                "run_dir": str(OmegaConf.select(config, "hydra.run.dir")),
+                "job_name": str(OmegaConf.select(config, "hydra.job.name")),
+            }
+        return self._const
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         global _CURRENT
@@ -416,8 +428,7 @@ class RecipeAuditCallback(Callback):
         self._report(job, outcome)
         if self._progress is not None and self._progress.pid == os.getpid():  # jobs in this process
             self._progress.step(any(self.fails(outcome, self.metrics[0])[:1]), self.taus[0])
-        multirun = str(OmegaConf.select(config, "hydra.mode")) == "RunMode.MULTIRUN"
-        if failed and multirun:
+        if failed and self._job_constants(config)["multirun"]:
             # the rerun is recorded as FAILED; the sweep goes on (see the module docstring)
             job_return.status = JobStatus.COMPLETED
             job_return._return_value = None
