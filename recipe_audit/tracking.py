@@ -625,13 +625,11 @@ _PARAM_KEY_OK = __import__("re").compile(r"^[\w./\- ]{1,250}$")
 
 def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None = None,
                 returned: Mapping[str, float] | None = None, error: BaseException | None = None,
-                metrics: Iterable[str] = (), tags_for=None, defer=None) -> dict[str, Any]:
+                metrics: Iterable[str] = (), tags_for=None) -> dict[str, Any]:
     """End a rerun's run with the truth, whatever the job's code did to it: the params and the
     returned metrics it did not log itself, the error (FAILED) or FINISHED. Returns the outcome:
     ``{"run_id", "status", "metrics": {metric: last value or None}, "error"}``. ``tags_for``
-    maps that outcome to tags set on the run before it closes (the pass/fail tags per bar).
-    ``defer`` (a callable taking a function) runs the writes later, in order (a background
-    writer); the outcome is known at once, from the run as the job left it."""
+    maps that outcome to tags set on the run before it closes (the pass/fail tags per bar)."""
     from mlflow.entities import Metric, Param, RunTag
 
     client = store.client
@@ -669,49 +667,9 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
                 pass
         client.set_terminated(run_id, outcome["status"])
 
-    if defer is not None:
-        defer(write)
-    else:
-        write()
+    write()
     return outcome
 
-
-class BackgroundWriter:
-    """Store writes done in order on one background thread, so that closing a rerun's run
-    overlaps the next job's start. :meth:`flush` waits for every write and raises the first
-    error one of them met. A process that dies before a flush leaves its last rerun RUNNING,
-    which the end of the sweep (or a resume) records as KILLED: a failure, never a success."""
-
-    def __init__(self) -> None:
-        import queue
-
-        self._queue: queue.Queue = queue.Queue()
-        self._thread = None
-        self._errors: list[BaseException] = []
-
-    def submit(self, fn) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            import threading
-
-            self._thread = threading.Thread(target=self._run, name="recipe_audit-writer", daemon=True)
-            self._thread.start()
-        self._queue.put(fn)
-
-    def _run(self) -> None:
-        while True:
-            fn = self._queue.get()
-            try:
-                fn()
-            except BaseException as exc:  # noqa: BLE001 - handed to flush()
-                self._errors.append(exc)
-            finally:
-                self._queue.task_done()
-
-    def flush(self) -> None:
-        self._queue.join()
-        if self._errors:
-            err, self._errors = self._errors[0], []
-            raise err
 
 
 def tag_sweep_with_cards(info: SweepInfo, entries: list[dict[str, Any]], description: str) -> None:

@@ -85,26 +85,6 @@ class Rerun:
 
 
 _CURRENT: Rerun | None = None
-_WRITER = None
-
-
-def _writer():
-    global _WRITER
-    if _WRITER is None:
-        from .. import tracking
-
-        _WRITER = tracking.BackgroundWriter()
-        import atexit
-
-        atexit.register(_flush_at_exit)  # a sys.exit between jobs still closes the runs it owes
-    return _WRITER
-
-
-def _flush_at_exit() -> None:
-    try:
-        _WRITER.flush()
-    except Exception as exc:  # noqa: BLE001 - the process is ending; say what was not recorded
-        print(f"recipe_audit: error: a rerun's run could not be closed ({_one_line(exc)}).", file=sys.stderr)
 
 
 def current_rerun() -> Rerun | None:
@@ -284,7 +264,6 @@ class RecipeAuditCallback(Callback):
     def _end(self, sweep, config: DictConfig) -> None:
         from .. import tracking
 
-        _writer().flush()  # every rerun closed before anything reads them
 
         for run_id in tracking.close_dead_reruns(sweep):  # every job has returned
             log.warning("rerun %s never finished (its process died): recorded as KILLED", run_id)
@@ -413,16 +392,11 @@ class RecipeAuditCallback(Callback):
         failed = job_return.status == JobStatus.FAILED
         error = job_return._return_value if failed else None
         returned = None if failed else job_return._return_value
-        # in the launching process (the basic launcher) the run is closed by a background writer
-        # while the next job starts; the end of the multirun waits for it. A worker process
-        # (joblib, submitit, Ray) closes it before it returns the job
-        here = self._progress is not None and self._progress.pid == os.getpid()
         outcome = tracking.close_rerun(store, job.rerun.run_id, params=job.params,
                                        returned=_returned_metrics(returned, self.metrics),
                                        error=error if isinstance(error, BaseException) else None,
                                        metrics=self.metrics,
-                                       tags_for=lambda o: {**job.rerun.tags, **self.bar_tags(o)},
-                                       defer=_writer().submit if here else None)
+                                       tags_for=lambda o: {**job.rerun.tags, **self.bar_tags(o)})
         outcome["recipe_id"] = job.rerun.recipe_id
         job_return.recipe_audit = outcome  # read by recipe_audit's curtailing sweeper
         self._report(job, outcome)
