@@ -194,6 +194,23 @@ def main(cfg: DictConfig) -> dict[str, float] | None:
     return run_job(cfg)
 
 
+def _refuse_unconnected_processes() -> None:
+    """Processes a launcher started together (WORLD_SIZE > 1) that accelerate does not connect
+    would each log every rerun on its own: refused with one sentence before Hydra starts, so
+    nothing reaches the store (the callback opens the sweep when the multirun starts)."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        from .distributed import DistributedError, world_size
+
+        try:
+            world_size()
+        except DistributedError as exc:
+            print(f"recipe_audit: error: {exc}", file=sys.stderr)
+            sys.exit(2)
+
+
 if __name__ == "__main__":
+    _refuse_unconnected_processes()
     _freeze_setup()
     main()
