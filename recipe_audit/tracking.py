@@ -551,7 +551,21 @@ def finished_rerun(store: Store, recipe_id: str, seed: int, metric: str,
     return None
 
 
-def close_dead_reruns(info: SweepInfo) -> list[str]:
+def _process_alive(host: str | None, pid: str | None) -> bool:
+    """Whether the process that opened a rerun still runs (True when it ran on another host or
+    its pid is unknown: only a process of this host can be looked at)."""
+    if host != socket.gethostname() or not (pid or "").isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def close_dead_reruns(info: SweepInfo, only_dead_processes: bool = False) -> list[str]:
     """At the end of a multirun every job has returned, so a rerun of the sweep still RUNNING
     belongs to a process that died without closing it (SIGKILL, out of memory, node lost):
     mark it KILLED, with the reason, so the card lists it as unfinished (SPEC 1.2) under its
@@ -564,6 +578,8 @@ def close_dead_reruns(info: SweepInfo) -> list[str]:
             "and attributes.status = 'RUNNING'")
     closed = []
     for run in client.search_runs([exp.experiment_id], filter_string=filt, max_results=50000):
+        if only_dead_processes and _process_alive(run.data.tags.get(keys.TAG_HOST), run.data.tags.get(keys.TAG_PID)):
+            continue  # mid-sweep: only the reruns whose process is gone
         client.set_tag(run.info.run_id, keys.TAG_ERROR, "the rerun's process died before it finished")
         client.set_terminated(run.info.run_id, "KILLED")
         closed.append(run.info.run_id)

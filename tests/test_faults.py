@@ -163,3 +163,28 @@ def test_four_concurrent_sqlite_writers_lose_nothing(tmp_path, monkeypatch):
     assert res["got"]["runs"] == 32 and res["got"]["finished"] == 32
     assert res["got"]["steps"] == 4 * 8 * 20 and res["got"]["final_metrics"] == 32
     assert not any(res["lost"].values())
+
+
+@pytest.mark.slow
+def test_a_killed_parallel_worker_is_recorded_and_the_sweep_goes_on_ci(store, tmp_path):
+    """hydra/launcher=local_parallel: the worker training seed 1 is killed with SIGKILL. loky ends
+    its pool with the jobs it was running; their reruns are recorded KILLED, the lost jobs run
+    again, and the sweep ends with every seed finished and one card."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    sweep_dir = tmp_path / "sweep"
+    proc, out, pid = _sweep_killing(
+        ["-m", "hydra/launcher=local_parallel", "seed=range(3)", f"hydra.sweep.dir={sweep_dir}",
+         *_fault_args(max_steps=600)],
+        tmp_path, store, sweep_dir, seed=1, after_s=0.2, output=tmp_path / "sweep.log")
+    assert proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out and "a worker died" in out
+    assert pid != proc.pid
+    seeds = _by_seed(_runs(store))
+    assert sorted(seeds) == [0, 1, 2]
+    assert "KILLED" in [r.info.status for r in seeds[1]]
+    for s in (0, 1, 2):
+        assert "FINISHED" in [r.info.status for r in seeds[s]]
+    assert out.count("Recipe cards (") == 1
+    cell = json.loads((sweep_dir / "card" / "card.json").read_text())["cells"][0]
+    assert cell["n_reruns"] == 3 and cell["unfinished"] == []
+    assert 1 in [d["seed"] for d in cell["duplicates"]]

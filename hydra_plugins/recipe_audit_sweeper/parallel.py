@@ -16,6 +16,7 @@ log = logging.getLogger("recipe_audit")
 
 try:
     from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
+    from joblib.externals.loky.process_executor import TerminatedWorkerError
 except ImportError:  # pip install 'recipe_audit[parallel]'
     JoblibLauncher = None
 
@@ -33,7 +34,6 @@ if JoblibLauncher is not None:
             from hydra_plugins.hydra_joblib_launcher._core import process_joblib_cfg
             from joblib import Parallel, delayed
 
-            from recipe_audit.launcher import execute_job_in_worker
 
             setup_globals()
             assert self.config is not None and self.task_function is not None and self.hydra_context is not None
@@ -49,8 +49,55 @@ if JoblibLauncher is not None:
             for idx, overrides in enumerate(job_overrides):
                 log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
             singleton_state = Singleton.get_state()
-            runs = Parallel(**joblib_cfg)(
-                delayed(execute_job_in_worker)(initial_job_idx + idx, overrides, self.hydra_context, self.config,
-                                               self.task_function, singleton_state)
-                for idx, overrides in enumerate(job_overrides))
-            return list(runs)
+            results: dict[int, object] = {}
+            tries = dict.fromkeys(range(len(job_overrides)), 0)
+            pending = list(range(len(job_overrides)))
+            while pending:
+                for i in pending:
+                    tries[i] += 1
+                try:
+                    for i, ret in Parallel(**joblib_cfg, return_as="generator_unordered")(
+                            delayed(_indexed)(i, initial_job_idx + i, job_overrides[i], self.hydra_context, self.config,
+                                              self.task_function, singleton_state) for i in pending):
+                        results[i] = ret
+                    pending = []
+                except TerminatedWorkerError as exc:
+                    # a worker died (SIGKILL, out of memory): loky ends the pool with every job it
+                    # was running. Their reruns are recorded KILLED; each lost job runs again, up
+                    # to MAX_TRIES times (a killed attempt followed by a finished rerun of the
+                    # same seed counts the finished one), and the sweep goes on
+                    lost = [i for i in pending if i not in results]
+                    closed = _close_reruns_of_dead_workers(str(self.config.hydra.sweep.dir))
+                    log.warning("a worker died (%s): %d rerun(s) recorded KILLED; %d job(s) lost with the pool",
+                                type(exc).__name__, len(closed), len(lost))
+                    pending = [i for i in lost if tries[i] < MAX_TRIES]
+                    for i in lost:
+                        if tries[i] >= MAX_TRIES:
+                            results[i] = _killed_return(job_overrides[i])
+            return [results[i] for i in range(len(job_overrides))]
+
+
+MAX_TRIES = 2
+
+
+def _indexed(i, idx, overrides, hydra_context, config, task_function, singleton_state):
+    from recipe_audit.launcher import execute_job_in_worker
+
+    return i, execute_job_in_worker(idx, overrides, hydra_context, config, task_function, singleton_state)
+
+
+def _killed_return(overrides):
+    """The result of a job whose worker died every time it ran: a completed job with no value,
+    recorded as KILLED (what the recipe_audit callback would have recorded, had it lived)."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=None)
+    ret.recipe_audit = {"run_id": None, "status": "KILLED", "metrics": {}, "error": "its worker process died"}
+    return ret
+
+
+def _close_reruns_of_dead_workers(sweep_dir: str) -> list[str]:
+    from recipe_audit import tracking
+
+    info = tracking.current_sweep(Path(sweep_dir))
+    return [] if info is None else tracking.close_dead_reruns(info, only_dead_processes=True)
