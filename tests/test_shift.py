@@ -110,7 +110,7 @@ def test_shift_cards_side_by_side(store, capsys, tmp_path):
     refused = [e for e in doc["cells"] if e["recipe_id"] == "b" * 16 and e["audit_set"] == "shift_restaurants"][0]
     assert "shift_restaurants" in refused["reason"] and "scored on calibration" in refused["reason"]
     md = to_markdown(doc)
-    assert "## Shift (SPEC 1.7)" in md and "refused-shift (not scored)" in md
+    assert "## Shift: calibration audit vs target audits" in md and "SPEC" not in md and "refused-shift (not scored)" in md
     assert "| calibration (calibration audit) | shift_restaurants (domain shift) | entailment/calibration (task shift) |" \
         in md
     # the audit sets the reruns were scored on, calibration first; the CLI puts them side by side

@@ -120,7 +120,7 @@ def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None,
 
         lines += shift_markdown(doc["shift"])
     if doc.get("split_audit"):
-        lines += ["## Held-out split audit (SPEC 1.8)", "", _split_audit_md(doc["split_audit"]), ""]
+        lines += ["## Held-out split audit", "", _split_audit_md(doc["split_audit"]), ""]
     from .build import content_digest
 
     lines += [f"---\nCard content digest `{doc.get('content_digest') or content_digest(doc)}` (the card "

@@ -122,7 +122,7 @@ def shift_markdown(shift: dict[str, Any]) -> list[str]:
     from .render import _md_table
 
     header, rows = shift_table(shift)
-    return ["## Shift (SPEC 1.7): calibration audit vs target audits", "",
+    return ["## Shift: calibration audit vs target audits", "",
             f"Each cell: failures/N · one-sided upper bound U · verdict, on that audit set alone. "
             f"`{shift['calibration']}` is the calibration audit; a *domain shift* is the same task on "
             f"another distribution, a *task shift* another task's audit set. A card is valid only for "
