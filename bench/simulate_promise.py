@@ -1,4 +1,4 @@
-"""Does the card keep its promise? Simulated recipes with known failure probabilities (SPEC 1.10).
+"""Does the card keep its promise? Simulated recipes with known failure probabilities (README, "Stop early, choose τ late").
 
 Each simulated recipe is a metric distribution whose failure probability at every bar is known
 exactly, ``β(τ) = P(X < τ)`` (unfinished reruns are a mass that fails every bar). Families:
@@ -12,7 +12,7 @@ exactly, ``β(τ) = P(X < τ)`` (unfinished reruns are a mass that fails every b
 and in every family a share ν ∈ {0, 0.01, 0.03} of reruns does not finish (NaN). Each recipe is
 rerun N times (N = 59, the default sweep, and N = 120); per recipe:
 
-* the five SPEC 1.6 rules at the pre-registered bar τ0 = 0.7 (``stats.apply_rules``; the
+* the five comparison rules (mean, median, bootstrap, mean − 2 sd, card) at the pre-registered bar τ0 = 0.7 (``stats.apply_rules``; the
   bootstrap uses B = 200 resamples instead of the card's 2,000, for speed), and the simultaneous
   band (``stats.simultaneous_band``: ships at τ0 when its bound is ≤ ε);
 * the same rules at a bar chosen after looking: the most demanding τ at which the rule ships
@@ -101,7 +101,7 @@ def simulate(n: int, recipes: int, seed: int) -> dict:
     k0 = np.sum(~(x >= TAU0), axis=1)
     ship = {name: np.zeros(recipes, bool) for name, _ in ROWS}
     posthoc_bad = {name: np.zeros(recipes, bool) for name, _ in ROWS}
-    # the five SPEC 1.6 rules, one apply_rules call per recipe (the rules' statistics do not depend on τ)
+    # the five comparison rules, one apply_rules call per recipe (the rules' statistics do not depend on τ)
     stat = {r: np.full(recipes, np.nan) for r in ("mean", "median", "bootstrap", "mean_minus_2sd")}
     boot_rng = np.random.default_rng(seed + 1)
     for i in range(recipes):

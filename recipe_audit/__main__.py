@@ -96,7 +96,7 @@ def _run_job(cfg: DictConfig) -> dict[str, float] | None:
         prepared = prepare_task(run_cfg.task, run_cfg.model)
         audit_sets = select_audits(prepared.task, run_cfg.audit)
         extra_audits = prepare_extra_audits(run_cfg.audit.extra_tasks, run_cfg.audit.extra_task_options,
-                                            prepared, run_cfg.model)  # task shift (SPEC 1.7)
+                                            prepared, run_cfg.model)  # task shift (README, "Shift")
     except (ConfigurationError, TaskError, ModelError, RecipeError) as exc:
         _fail(str(exc), exc)
 
