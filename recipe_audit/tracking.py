@@ -11,6 +11,7 @@ import json
 import math
 import os
 import posixpath
+import re
 import socket
 import time
 import traceback
@@ -636,7 +637,7 @@ def _search_all(client, experiment_id: str, filt: str) -> list:
             return runs
 
 
-_PARAM_KEY_OK = __import__("re").compile(r"^[\w./\- ]{1,250}$")
+_PARAM_KEY_OK = re.compile(r"^[\w./\- ]{1,250}$")
 
 
 def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None = None,

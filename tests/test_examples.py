@@ -90,20 +90,11 @@ def test_light_examples(tmp_path, store, name, fault, launcher):
 
 
 @pytest.mark.slow
-def test_hf_trainer_basic_ci(tmp_path, store):
-    _check(tmp_path, store, EXAMPLES["hf_trainer"], "basic", "crash")
-
-
-@pytest.mark.slow
-def test_hf_trainer_joblib(tmp_path, store):
-    _check(tmp_path, store, EXAMPLES["hf_trainer"], "joblib", "collapse")
-
-
-@pytest.mark.slow
-def test_lightning_joblib_ci(tmp_path, store):
-    _check(tmp_path, store, EXAMPLES["lightning"], "joblib", "crash")
-
-
-@pytest.mark.slow
-def test_lightning_basic(tmp_path, store):
-    _check(tmp_path, store, EXAMPLES["lightning"], "basic", "collapse")
+@pytest.mark.parametrize("name, launcher, fault", [
+    pytest.param("hf_trainer", "basic", "crash", id="hf_trainer-basic-ci"),
+    pytest.param("hf_trainer", "joblib", "collapse", id="hf_trainer-joblib"),
+    pytest.param("lightning", "joblib", "crash", id="lightning-joblib-ci"),
+    pytest.param("lightning", "basic", "collapse", id="lightning-basic"),
+])
+def test_framework_examples(tmp_path, store, name, launcher, fault):
+    _check(tmp_path, store, EXAMPLES[name], launcher, fault)

@@ -194,22 +194,22 @@ def test_resume_runs_only_the_unfinished_seeds(tmp_path, store):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["hydra.callbacks.recipe_audit.metrc=x"], "metrc"),  # a typo: Hydra's own message
-    (["hydra/callbacks=recipe_audit"], "hydra.callbacks.recipe_audit.metric names no metric"),
-    (["hydra.callbacks.recipe_audit.seed_key=trainer.seed"], "seed key 'trainer.seed' is not in the app's config"),
-    (["hydra.callbacks.recipe_audit.eps=1.5"], "hydra.callbacks.recipe_audit.eps must lie strictly between 0 and 1"),
-    (["hydra.callbacks.recipe_audit.taus=[]"], "is empty"),
-    (["seed=a,b"], "seed values must be integers"),
-    (["hydra.callbacks.recipe_audit.tracking_uri=http://u:secret@127.0.0.1:9"],
+    (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.metrc=x"], "metrc"),  # a typo: Hydra's own message
+    (["seed=range(3)", "hydra/callbacks=recipe_audit"], "hydra.callbacks.recipe_audit.metric names no metric"),
+    (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.seed_key=trainer.seed"],
+     "seed key 'trainer.seed' is not in the app's config"),
+    (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.eps=1.5"],
+     "hydra.callbacks.recipe_audit.eps must lie strictly between 0 and 1"),
+    (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.delta=0.5"],
+     "hydra.callbacks.recipe_audit.delta must lie strictly between 0 and 0.5"),
+    (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.taus=[]"], "is empty"),
+    ([*PLUGIN, "seed=a,b"], "seed values must be integers"),
+    (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.tracking_uri=http://u:secret@127.0.0.1:9"],
      "The MLflow tracking server at http://u:***@127.0.0.1:9 is not reachable"),
 ])
 def test_bad_input_stops_before_any_job(tmp_path, store, args, needle):
     app = _app(tmp_path, PLAIN_APP)
-    base = PLUGIN if args[0].startswith("hydra.callbacks") else []
-    cmd = ["-m", *([] if args[0].startswith("seed=") else ["seed=range(3)"]), *base, *args]
-    if args[0].startswith("seed="):
-        cmd = ["-m", *PLUGIN, *args]
-    proc = _run(app, cmd, timeout=120)
+    proc = _run(app, ["-m", *args], timeout=120)
     assert proc.returncode != 0
     assert needle in proc.stderr, proc.stderr[-2000:]
     assert "secret" not in proc.stderr + proc.stdout
