@@ -369,18 +369,25 @@ def _special():
     return special
 
 
+def _last_true(lo: int, hi: int, pred) -> int:
+    """Bisection over float bit patterns: the largest ``b`` in ``[lo, hi)`` with ``pred(b)``,
+    given ``pred(lo)`` and not ``pred(hi)`` and ``pred`` true below its boundary only."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def _upper_mid(k: int, n: int, d: float) -> float:
     """U for ``1 <= k <= n - 1``: the smallest float p with P(X <= k) <= delta."""
     ld = math.log(d)
     try:
-        lo, hi = _bits(k / n), _bits(1.0)  # P(X <= k) >= 1/2 > delta at p = k/n (the median is <= k)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if _log_cdf(k, n, _from_bits(mid)) <= ld:
-                hi = mid
-            else:
-                lo = mid
-        return _from_bits(hi)
+        # P(X <= k) >= 1/2 > delta at p = k/n (the median is <= k)
+        below = _last_true(_bits(k / n), _bits(1.0), lambda b: _log_cdf(k, n, _from_bits(b)) > ld)
+        return _from_bits(below + 1)
     except _TooLong:
         return float(_special().betainccinv(float(k + 1), float(n - k), d))
 
@@ -389,14 +396,8 @@ def _lower_mid(k: int, n: int, d: float) -> float:
     """L for ``1 <= k <= n - 1``: the largest float p with P(X >= k) <= delta."""
     ld = math.log(d)
     try:
-        lo, hi = 0, _bits(k / n)  # P(X >= k) >= 1/2 > delta at p = k/n
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if _log_sf(k, n, _from_bits(mid)) <= ld:
-                lo = mid
-            else:
-                hi = mid
-        return _from_bits(lo)
+        # P(X >= k) >= 1/2 > delta at p = k/n
+        return _from_bits(_last_true(0, _bits(k / n), lambda b: _log_sf(k, n, _from_bits(b)) <= ld))
     except _TooLong:
         return float(_special().betaincinv(float(k), float(n - k + 1), d))
 
