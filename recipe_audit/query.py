@@ -630,7 +630,8 @@ def read_runs(
             they keep ``seed=None`` (and :func:`collect_reruns` refuses them).
         require_metrics: raise when no selected run logged one of ``metric_keys`` (default); when
             False such a metric is an all-NaN column with ``logged`` False (a card on an audit set
-            no recipe was scored on is then refused per cell, SPEC 1.7).
+            no recipe was scored on is then refused per cell: a card is valid only
+            for the audit set it was computed on).
 
     Returns:
         A DataFrame sorted by (start_time, run_id), with columns ``run_id``, ``run_name``,
@@ -999,7 +1000,8 @@ class RerunSet:
 
     @property
     def n(self) -> int:
-        """Number of distinct seeds launched or planned (N of SPEC 1.2)."""
+        """Number of distinct seeds launched or planned (the card's N: a planned seed that never
+        logged counts, or the card would be biased toward success)."""
         return len(self.seeds)
 
     @property
@@ -1008,7 +1010,7 @@ class RerunSet:
         return self.values[np.isfinite(self.values)]
 
     def failures(self, tau: float) -> int:
-        """k of SPEC 1.2: seeds whose metric is below ``tau`` (above it when lower is better), plus
+        """The card's k: seeds whose metric is below ``tau`` (above it when lower is better), plus
         every unfinished seed."""
         done = self.finished_values
         bad = int(np.count_nonzero(done < tau if self.higher_is_better else done > tau))

@@ -1,4 +1,4 @@
-"""The curtailing sweeper (SPEC 1.10): launch seeds in batches, stop once the verdict at N is settled.
+"""The curtailing sweeper: launch seeds in batches, stop once the verdict at N is settled.
 
     python -m recipe_audit -m hydra/sweeper=curtail                       # 59 planned seeds
     python -m recipe_audit -m hydra/sweeper=curtail 'seed=range(100)' hydra.sweeper.batch_size=8

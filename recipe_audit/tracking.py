@@ -569,7 +569,7 @@ def _process_alive(host: str | None, pid: str | None) -> bool:
 def close_dead_reruns(info: SweepInfo, only_dead_processes: bool = False) -> list[str]:
     """At the end of a multirun every job has returned, so a rerun of the sweep still RUNNING
     belongs to a process that died without closing it (SIGKILL, out of memory, node lost):
-    mark it KILLED, with the reason, so the card lists it as unfinished (SPEC 1.2) under its
+    mark it KILLED, with the reason, so the card lists it as unfinished (counted as a failure) under its
     true cause. Returns the run ids closed."""
     client = _client(info.tracking_uri)
     exp = client.get_experiment_by_name(info.experiment_name)

@@ -1,4 +1,4 @@
-"""Acceptance cards (SPEC Part 2): inputs of the four diagnostics and the audit that runs them.
+"""Acceptance cards: inputs of the four diagnostics and the audit that runs them.
 
 * :mod:`.records` — evaluation records (files, MLflow tables), validation, paired views;
 * :mod:`.mechanism` — diagnostic (c) from weights (torch; imported lazily) or from given α;

@@ -1,4 +1,4 @@
-"""The worked acceptance audit (SPEC Part 2, end to end): install a framing gap, train defenses,
+"""The worked acceptance audit, end to end: install a framing gap, train defenses,
 audit them, on this CPU, through the Hydra app and the MLflow store.
 
     python -m recipe_audit -m experiment=acceptance               # 4 cells x 3 seeds, then the cards

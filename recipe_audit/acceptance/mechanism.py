@@ -1,6 +1,6 @@
 """Diagnostic (c) from weights: base-model gradients on a declared slice, and the update ΔW.
 
-SPEC 2.4 measures every cell with the same ruler, the **base** model (before the install
+Diagnostic (c) measures every cell with the same ruler, the **base** model (before the install
 fine-tune and before any defense). Everything is declared before the audit, in a mechanism
 config (:func:`load_mechanism_spec`):
 

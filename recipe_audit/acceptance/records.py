@@ -1,4 +1,4 @@
-"""Evaluation records (SPEC 2.1): reading, validation, and the paired views the gates need.
+"""Evaluation records (one row per scored item): reading, validation, and the paired views the gates need.
 
 One row per scored item, with the columns of :data:`COLUMNS`:
 

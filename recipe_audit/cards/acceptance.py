@@ -1,4 +1,4 @@
-"""Acceptance cards (SPEC 2.6): the document, Markdown, figures and files.
+"""Acceptance cards: the document, Markdown, figures and files.
 
 The document is plain JSON validated against ``schemas/acceptance_card.v1.json``. It always has
 ``cells`` (one card per defense/baseline pair), ``progressive_filter`` and

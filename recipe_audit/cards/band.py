@@ -1,4 +1,4 @@
-"""The simultaneous band on a card (SPEC 1.10, every τ at once): one ``band`` object per entry."""
+"""The simultaneous band on a card (every τ at once): one ``band`` object per entry."""
 
 from __future__ import annotations
 

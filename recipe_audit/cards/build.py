@@ -1,4 +1,4 @@
-"""Recipe cards (SPEC 1.9): from resolved reruns to a card document.
+"""Recipe cards: from resolved reruns to a card document.
 
 A *card document* is what one card computation produces: a list of entries, one per
 (cell, τ), each with the exact tail bound, the verdict and the comparison rules, plus the
@@ -43,7 +43,7 @@ class CardOptions:
     unfinished: str = "fail"  # "fail": unfinished reruns are failures; "refuse": no card
     bootstrap_B: int = DEFAULT_BOOTSTRAP_B
     bootstrap_seed: int = DEFAULT_BOOTSTRAP_SEED
-    band_method: str = "auto"  # the simultaneous band (SPEC 1.10): auto | exact-cp | exact-ks | dkw
+    band_method: str = "auto"  # the simultaneous band: auto | exact-cp | exact-ks | dkw
 
     def __post_init__(self) -> None:
         if not self.taus:
@@ -82,7 +82,7 @@ class Cell:
     sweep_run_ids: tuple[str, ...] = ()
     planned_seeds: tuple[Any, ...] = ()
     digest: str = ""
-    # set when the recipe was never scored on this audit set (SPEC 1.7)
+    # set when the recipe was never scored on this audit set (no verdict is carried over)
     shift_refusal: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -113,7 +113,7 @@ def audit_name(metric: str) -> str:
 
 def cell_from_rerun_set(rs, recipe_summary: str = "", audit_set: str | None = None) -> Cell:
     """Adapt a ``query.RerunSet``. When *no* rerun of the cell ever logged the metric, the
-    recipe was not measured on that audit set and the cell refuses (SPEC 1.7)."""
+    recipe was not measured on that audit set and the cell refuses."""
     reasons = [u[1] for u in rs.unfinished]
     refusal = None
     if rs.n and reasons.count("missing-metric") == rs.n:
@@ -220,9 +220,9 @@ def card_entry(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
     from .band import band_fields
     from .curtail import curtailed_fields
 
-    if cell.extra.get("curtailment"):  # SPEC 1.10: the verdict at the planned N of a curtailed sweep
+    if cell.extra.get("curtailment"):  # the verdict at the planned N of a curtailed sweep
         base.update(curtailed_fields(cell, k, tau, opts, base["rules"]))
-    base["band"] = band_fields(cell, tau, opts)  # SPEC 1.10: the bound valid for every τ at once
+    base["band"] = band_fields(cell, tau, opts)  # the bound valid for every τ at once
     return base
 
 

@@ -57,7 +57,7 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
     metric = _metric_name(req.metric)
     extra = [f"params.{p}" for p in SUMMARY_PARAMS] + ["tags." + keys.TAG_SWEEP_ID, _SCORED_ON]
     try:
-        # an audit set no rerun was scored on is a question for refused-shift cells (SPEC 1.7), not an error
+        # an audit set no rerun was scored on is a question for refused-shift cells, not an error
         frame = read_runs(req.tracking_uri, req.experiment, [metric], seed_key=req.seed_key,
                           group_by=list(req.group_by), extra_keys=extra, require_metrics=False)
         if not frame[f"logged[{metric}]"].any() and not frame[_SCORED_ON].notna().any():
@@ -95,7 +95,7 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
     }
     from .curtail import apply_curtailment
 
-    cells = apply_curtailment(cells, req.tracking_uri)  # SPEC 1.10: unlaunched seeds are not failures
+    cells = apply_curtailment(cells, req.tracking_uri)  # unlaunched seeds are not failures
     doc = build_document(cells, opts, source)
     if split_audit or responsiveness:
         _add_split_audit(doc, cells, opts, split_audit, responsiveness, n_splits, rng_seed)
@@ -109,7 +109,7 @@ _SCORED_ON = "tags." + keys.TAG_AUDIT_SETS
 def _shift_checked(cell: Cell, scored_on) -> Cell:
     """Where the reruns say which audit sets they were configured to be scored on (the
     ``recipe_audit.audit_sets`` tag), a cell none of whose reruns logged the metric is refused
-    exactly when none was configured for its audit set (SPEC 1.7), whatever else happened to
+    exactly when none was configured for its audit set, whatever else happened to
     them (a crashed rerun of a recipe never scored there is no evidence about it); and a cell
     whose reruns were configured for it but never logged it is unfinished, not refused (1.2)."""
     tags = [t for t in scored_on.tolist() if isinstance(t, str)]

@@ -1,4 +1,4 @@
-"""Cards of curtailed sweeps (SPEC 1.10): the verdict at the planned N, not at the seeds launched.
+"""Cards of curtailed sweeps: the verdict at the planned N, not at the seeds launched.
 
 A curtailing sweep (``recipe_audit/sweeper.py``) records on its sweep parent run, per recipe, the
 planned N, the seeds it launched and why it stopped (``keys.TAG_CURTAILMENT``). For such a cell:
@@ -7,7 +7,7 @@ planned N, the seeds it launched and why it stopped (``keys.TAG_CURTAILMENT``). 
   launched seed that never logged stays an unfinished failure, as always);
 * the card states the verdict at the planned N (:func:`recipe_audit.stats.curtail_state`): with
   ``m`` reruns launched, ``k`` failures and ``r = N - m`` never launched, ``U = U(k + r, N)`` and
-  ``L = L(k, N)`` are valid bounds whatever the ``r`` would have done, and the SPEC 1.5 rules
+  ``L = L(k, N)`` are valid bounds whatever the ``r`` would have done, and the verdict rules
   applied to them give the verdict. At the sweep's own bars that verdict is settled (it is the
   full sweep's, or, with ``stop_on: decision``, the most favourable one still possible); at any
   other τ, ε or δ asked later it may not be, and the card says so;

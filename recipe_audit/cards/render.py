@@ -97,7 +97,7 @@ def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None,
         lines += [_md_table(["τ", "failures/N", "L", "U", "N_min", "verdict"], rows), ""]
         for e in entries:
             lines += [f"- τ = {e['tau']:g}: {e['reason']}"]
-        lines += _curtailment_md(first) + _band_md(entries, (band_images or {}).get(key))  # SPEC 1.10
+        lines += _curtailment_md(first) + _band_md(entries, (band_images or {}).get(key))
         lines += ["", "What common practice would have decided on the same reruns "
                   f"(the practice rules see only the {first['rule_statistics']['n_finished']} finished "
                   f"reruns and ignore {first['rule_statistics']['n_ignored_by_practice_rules']}):", ""]
@@ -220,7 +220,7 @@ def histogram(entries: list[dict[str, Any]]):
 
 
 def responsiveness_plot(resp: dict[str, Any]):
-    """Fraction of splits each rule ships, against the audit size N′ (SPEC 1.8)."""
+    """Fraction of splits each rule ships, against the audit size N′."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.5, 3.6), dpi=110)
@@ -239,7 +239,7 @@ def responsiveness_plot(resp: dict[str, Any]):
 
 
 # ---------------------------------------------------------------------------------------------
-# SPEC 1.10: curtailed sweeps and the simultaneous band
+# Curtailed sweeps and the simultaneous band
 # ---------------------------------------------------------------------------------------------
 
 

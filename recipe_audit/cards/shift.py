@@ -1,4 +1,4 @@
-"""Shift (SPEC 1.7): one card per audit set, and the audits side by side.
+"""Shift: a card holds only for its audit set, so one card per audit set, and the audits side by side.
 
 A card is valid only for the audit set it was computed on. Reruns are scored at training time on
 every configured audit set: the calibration audit ``D_P`` (``calibration``), the task's domain

@@ -24,7 +24,7 @@ def story(doc: dict[str, Any]) -> list[str]:
         elif e["rules"]["card"] and not e["rules"]["mean"]:
             out.append(f"{e['label']} at τ = {e['tau']:g}: the card supports release while the mean does not.")
     curtailed = {e["label"]: e["curtailment"] for e in doc["cells"] if (e.get("curtailment") or {}).get("stopped_early")}
-    for label, cur in curtailed.items():  # SPEC 1.10: where the curtailing sweep stopped and why
+    for label, cur in curtailed.items():  # where the curtailing sweep stopped and why
         out.append(f"{label}: curtailed after {cur['n_launched']} of {cur['n_planned']} planned reruns; "
                    f"{cur['sweep_reason']}")
     return out

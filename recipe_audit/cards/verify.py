@@ -1,4 +1,4 @@
-"""Check a card against itself and against the tracking store it was computed from (SPEC 1.9).
+"""Check a card against itself and against the tracking store it was computed from.
 
 :func:`verify_card` recomputes the card's cells with the request and options the card records
 (``source``, ``options``) and compares, cell by cell, the reruns (run ids, seeds, metrics,

@@ -1,4 +1,5 @@
-"""A simultaneous one-sided upper band on the rerun failure curve: every τ at once (SPEC 1.10).
+"""A simultaneous one-sided upper band on the rerun failure curve: every τ at once, so the bar may
+be chosen after looking at the data.
 
 Setting. ``n`` reruns give metrics ``X_1..X_n``; an unfinished rerun (NaN or ±inf) fails at every
 bar. For a bar ``τ`` the failure probability of the next rerun is ``β(τ) = P(X < τ)`` (``P(X > τ)``

@@ -1,8 +1,8 @@
-"""Curtailment: stop launching reruns once the card's verdict at the planned N is settled (SPEC 1.10).
+"""Curtailment: stop launching reruns once the card's verdict at the planned N is settled.
 
 A sweep plans ``N`` reruns. After ``m`` of them (``k`` failures, unfinished reruns counted as
 failures), ``r = N - m`` remain, so the failures at ``N`` will be some ``k' in [k, k + r]``. As a
-function of ``k'`` the SPEC 1.5 verdict at ``N`` is monotone: ``release-supported`` for
+function of ``k'`` the card's verdict at ``N`` is monotone: ``release-supported`` for
 ``k' <= a`` (the failure budget), then ``unsupported`` (``insufficient-evidence`` when
 ``N < N_min``), then ``strong-unsupported`` for ``k' >= b`` (``U`` and ``L`` both increase with
 ``k'``). Hence everything still possible is decided by the two ends of the range:
@@ -19,7 +19,7 @@ so curtailment changes no error rate.
 What a curtailed sweep can state at ``N`` without the remaining reruns (:func:`curtail_state`):
 ``U(k + r, N)`` is a valid ``1 - δ`` upper bound (it is at least the full sweep's ``U``, whatever
 the remaining reruns do), and ``L(k, N)`` a valid lower bound. The curtailed verdict applies the
-SPEC 1.5 rules to these two bounds: ``release-supported`` iff ``N >= N_min`` and
+card's verdict rules to these two bounds: ``release-supported`` iff ``N >= N_min`` and
 ``U(k + r, N) <= ε``; ``strong-unsupported`` iff ``L(k, N) > ε``; otherwise ``unsupported`` (or
 ``insufficient-evidence``). It equals the full sweep's verdict whenever the verdict is determined,
 and is the most favourable verdict still possible at ``N`` when only the decision is.
@@ -71,7 +71,7 @@ class CurtailPlan:
 
     ``supported_max_k``: largest ``k'`` that is ``release-supported`` (-1: none, e.g. N < N_min);
     ``strong_min_k``: smallest ``k'`` that is ``strong-unsupported`` (``N + 1``: none).
-    ``verdicts[k']`` is the SPEC 1.5 verdict of ``(k', N)``.
+    ``verdicts[k']`` is the card's verdict for ``k'`` failures in ``N`` reruns.
     """
 
     n_planned: int
@@ -144,7 +144,7 @@ def curtail_determined(k, m, n_planned, eps=0.10, delta=0.10, stop_on: str = "de
 
 
 def curtailed_verdict_array(k, m, n_planned, eps=0.10, delta=0.10) -> np.ndarray:
-    """The verdict at ``N`` a curtailed sweep states: SPEC 1.5 applied to the valid bounds
+    """The verdict at ``N`` a curtailed sweep states: the verdict rules applied to the valid bounds
     ``U(k + r, N)`` and ``L(k, N)`` (see the module docstring). Equals ``verdict(k, N)`` when
     ``m == N``. Vectorised; returns a string array."""
     k_arr, m_arr, n = _counts(k, m, n_planned)

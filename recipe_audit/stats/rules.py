@@ -1,4 +1,4 @@
-"""The comparison rules of SPEC 1.6: what common practice would decide on the same reruns.
+"""The comparison rules: what common practice would decide on the same reruns.
 
 Given the metrics of a cell's reruns and the release bar ``tau``, each rule says whether it would
 ship the recipe:
@@ -10,7 +10,7 @@ ship the recipe:
                     (``B`` resamples, default 2,000, from an explicit seeded Generator)
 ``mean_minus_2sd``  ``mean(b) - 2 * sd(b) >= tau`` with ``ddof=1`` (undefined, so no ship,
                     when fewer than 2 reruns finished)
-``card``            ``U <= eps`` and ``N >= N_min`` (the recipe card, SPEC 1.3–1.5)
+``card``            ``U <= eps`` and ``N >= N_min`` (the recipe card)
 ==================  =====================================================================
 
 ``b`` are the *finished* reruns only (finite metrics): the practice rules ignore unfinished reruns,
@@ -63,7 +63,8 @@ def failure_mask(metrics, tau, higher_is_better: bool = True) -> np.ndarray:
     """Boolean array, same shape as ``metrics``: True where the rerun fails at bar ``tau``.
 
     A rerun fails when its metric is below ``tau`` (above, for lower-is-better metrics) or when the
-    metric is NaN/inf (the rerun did not finish or produced garbage, SPEC 1.2).
+    metric is NaN/inf (the rerun did not finish or produced garbage: dropping it would bias the card toward
+    success).
     """
     t = check_tau(tau)
     m = np.asarray(metrics, dtype=np.float64)
@@ -86,7 +87,7 @@ def _none_if_nan(x):
 
 @dataclass(frozen=True)
 class RuleDecisions:
-    """Decisions of the five SPEC 1.6 rules on one cell, with the statistic each rule computed.
+    """Decisions of the five comparison rules on one cell, with the statistic each rule computed.
 
     ``ships`` maps each key of :data:`RULES` to a bool. Statistics are ``nan`` when undefined
     (``mean``/``median``/``bootstrap_limit`` with no finished rerun; ``sd``/``two_sd_limit`` with
@@ -172,7 +173,7 @@ def apply_rules(
     B: int = 2000,
     rng=None,
 ) -> RuleDecisions:
-    """Apply the five SPEC 1.6 rules to one cell.
+    """Apply the five comparison rules to one cell.
 
     Parameters
     ----------

@@ -1,4 +1,5 @@
-"""Held-out split audit of the comparison rules and evidence responsiveness (SPEC 1.8).
+"""Held-out split audit of the comparison rules and evidence responsiveness: does a rule that ships on part of the
+reruns keep its promise on the reruns it did not see, and does it ship more as evidence grows?
 
 For each cell with ``N`` reruns, ``S`` random splits put ``N'`` reruns (default ``floor(N/2)``) in an
 audit part and the rest in a held-out part. Each of the five rules of
@@ -287,7 +288,7 @@ class CellAudit:
 
 @dataclass(frozen=True)
 class SplitAuditResult:
-    """Result of :func:`held_out_split_audit` (SPEC 1.8).
+    """Result of :func:`held_out_split_audit`.
 
     ``rules`` holds one :class:`RuleAudit` per key of :data:`~recipe_audit.stats.rules.RULES` (also
     reachable as ``by_rule[name]``); ``cells`` the per-cell detail. ``audit_size`` is the requested
@@ -405,7 +406,7 @@ def held_out_split_audit(
     audit_B: int = DEFAULT_AUDIT_B,
     higher_is_better: bool = True,
 ) -> SplitAuditResult:
-    """Replay the five rules on random audit/held-out splits of each cell (SPEC 1.8).
+    """Replay the five rules on random audit/held-out splits of each cell.
 
     Parameters
     ----------
@@ -526,7 +527,8 @@ def evidence_responsiveness(
     audit_B: int = DEFAULT_AUDIT_B,
     higher_is_better: bool = True,
 ) -> EvidenceResponsiveness:
-    """Fraction of splits each rule ships, for audit sizes ``N'`` over a grid (SPEC 1.8).
+    """Fraction of splits each rule ships, for audit sizes ``N'`` over a grid
+    (a sound rule ships more as evidence grows; the card ships nothing below its sample floor).
 
     For each size (in the order given) and each cell with ``N >= N'``, ``n_splits`` random audit
     parts of size ``N'`` are drawn and the five rules applied (same rules and randomness scheme as

@@ -26,7 +26,7 @@ class RecipeError(ValueError):
 
 class NonFiniteLossError(FloatingPointError):
     """Training diverged: the loss became NaN or infinite. The rerun stops and is recorded as
-    failed (SPEC 1.2: a rerun that produced NaN/inf did not finish)."""
+    failed (a rerun that produced NaN/inf did not finish, and counts as a failure)."""
 
 
 OPTIMIZERS = ("adamw", "adam", "sgd")

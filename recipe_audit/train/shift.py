@@ -1,4 +1,4 @@
-"""Task shift: score a rerun on the audit sets of *another* task (SPEC 1.7, ``audit.extra_tasks``).
+"""Task shift: score a rerun on the audit sets of *another* task (``audit.extra_tasks``).
 
 A recipe is trained on its own task and scored on that task's audit sets (calibration and domain
 shifts). With ``audit.extra_tasks: [entailment]`` the same fine-tuned checkpoint is also scored on
