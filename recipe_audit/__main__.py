@@ -30,8 +30,8 @@ def _freeze_setup() -> None:
 
     Hydra, OmegaConf, MLflow, SQLAlchemy, torch and transformers leave about 700,000 long-lived
     objects in the process; every full collection walks all of them again, and imports and the
-    training loop's allocations trigger such collections every second or so (0.1-0.2 s each
-    once the process is big). The set-up is paid once per sweep, so it is frozen once, in four
+    training loop's allocations trigger such collections often (each one slower as the process
+    grows). The set-up is paid once per sweep, so it is frozen once, in four
     steps: at start-up (Hydra), when the first job starts (MLflow, the store, the composed job
     configs), before it trains (torch, transformers, the tokenised task) and before the second
     job trains (what the first rerun imported lazily). Objects alive then that later become

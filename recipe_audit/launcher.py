@@ -2,8 +2,10 @@
 ``recipe_audit/conf/config.yaml``; ``hydra/launcher=basic`` gives Hydra's own).
 
 Hydra's basic launcher runs the jobs one after another in this process and composes each job's
-configuration from the config files again (defaults list, YAML, merges): 74 ms a job here,
-against 5.7 ms a job derived as below (``bench/bench_compose.py``) and reruns of about a second. The jobs of a seed sweep differ only in ``seed``, so this
+configuration from the config files again (defaults list, YAML, merges), which costs an order
+of magnitude more than deriving it as below (``bench/bench_compose.py`` measures both; the docs'
+benchmarks page has the numbers) and is a visible share of a short rerun. The jobs of a seed
+sweep differ only in ``seed``, so this
 launcher composes the first job of each recipe with Hydra and derives every other seed's
 configuration from it, setting what ``load_sweep_config`` would have set differently: the
 ``seed`` value, the job's task overrides and ``hydra.job.override_dirname``. Everything else
