@@ -160,6 +160,10 @@ class DefenseConfig:
     claimed_class: str | None = None  # shrinkage | attack-targeted (declared before the audit)
 
 
+#: ConfigStore group of the schemas (under hydra/: not listed among the app's groups in --help)
+SCHEMA_GROUP = "hydra/recipe_audit_schemas"
+
+
 @dataclass
 class RunConfig:
     model: ModelConfig = MISSING
@@ -169,25 +173,27 @@ class RunConfig:
     tracking: TrackingConfig = MISSING
     seed: int = 0
     progress: bool = True  # progress bar during training
-    # torch threads per rerun (0: leave torch's default)
-    threads: int = 0
+    # torch threads per rerun: 1 by default, so a sweep on a busy machine (or several workers)
+    # does not oversubscribe the cores; 0 leaves torch's own choice (one per core)
+    threads: int = 1
     # experiment=acceptance (conf/experiment/acceptance.yaml) sets these; None for recipe reruns
     experiment: ExperimentConfig | None = None
     defense: DefenseConfig | None = None
 
 
 def register_configs() -> None:
-    """Store the schemas so YAML files can extend them (``defaults: [schema_model, _self_]``)."""
+    """Store the schemas so YAML files can extend them
+    (``defaults: [/hydra/recipe_audit_schemas/model@_here_, _self_]``).
+
+    They live under ``hydra/`` (``hydra/recipe_audit_schemas/<group>``), like the callback's: a
+    group of the app's own would list them as options in ``python -m recipe_audit --help``."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
     cs.store(name="schema", node=RunConfig)
-    cs.store(group="model", name="schema_model", node=ModelConfig)
-    cs.store(group="task", name="schema_task", node=TaskConfig)
-    cs.store(group="recipe", name="schema_recipe", node=RecipeConfig)
-    cs.store(group="audit", name="schema_audit", node=AuditConfig)
-    cs.store(group="tracking", name="schema_tracking", node=TrackingConfig)
-    cs.store(group="defense", name="schema_defense", node=DefenseConfig)
+    for group, node in (("model", ModelConfig), ("task", TaskConfig), ("recipe", RecipeConfig),
+                        ("audit", AuditConfig), ("tracking", TrackingConfig), ("defense", DefenseConfig)):
+        cs.store(group=SCHEMA_GROUP, name=group, node=node, provider="recipe_audit")
     from .app.schema import register as register_callback_schema
     from .sweeper import register_plugin
 

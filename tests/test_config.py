@@ -32,6 +32,25 @@ def test_default_composes_to_typed_dataclasses():
     assert cfg.audit.taus == [0.7] and cfg.audit.primary == "calibration"
 
 
+def test_default_is_one_torch_thread_per_rerun():
+    """One thread a rerun by default: a busy machine does not oversubscribe the sweep."""
+    assert _typed().threads == 1
+    assert C.RunConfig().threads == 1
+
+
+def test_help_lists_no_schema_among_the_groups():
+    """The schemas live under hydra/ (like the callback's), so --help lists only real options."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        options = {g: loader.get_group_options(g) for g in ("model", "task", "recipe", "audit", "tracking", "defense")}
+        schemas = loader.get_group_options(C.SCHEMA_GROUP)
+    assert options["model"] == ["hf", "minilm", "tiny_bert", "tiny_neox"]
+    assert not [o for opts in options.values() for o in opts if "schema" in o]
+    assert {"model", "task", "recipe", "audit", "tracking", "defense"} <= set(schemas)
+
+
 @pytest.mark.parametrize(
     "overrides, expected",
     [
@@ -71,7 +90,7 @@ def test_yaml_typo_fails_against_schema(tmp_path):
     """A YAML file of a group that misspells a key is rejected by the schema it extends."""
     (tmp_path / "recipe").mkdir()
     (tmp_path / "recipe" / "typo.yaml").write_text(
-        "defaults:\n  - schema_recipe\n  - _self_\nname: typo\nlr: 0.1\nwarmup_ration: 0.1\n")
+        "defaults:\n  - /hydra/recipe_audit_schemas/recipe@_here_\n  - _self_\nname: typo\nlr: 0.1\nwarmup_ration: 0.1\n")
     from hydra import initialize_config_dir
 
     with initialize_config_dir(str(tmp_path), version_base="1.3"):
