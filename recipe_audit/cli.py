@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from . import keys
-from .commands.args import count, failures, finite, probability, reruns, risk, whole
+from .commands.args import TRACKING_URI_HELP, count, failures, finite, probability, reruns, risk, whole
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("card", help="compute recipe cards from an MLflow experiment")
     c.add_argument("--experiment-name", required=True)
     c.add_argument("--tracking-uri", default=None,
-                   help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlruns/mlflow.db")
+                   help=TRACKING_URI_HELP)
     c.add_argument("--metric", default=None, help=f"metric key (default {keys.DEFAULT_METRIC})")
     c.add_argument("--audit", action="append", default=None, metavar="AUDIT",
                    help="audit set; shorthand for --metric accuracy/AUDIT; repeated, the cards of several "

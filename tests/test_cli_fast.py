@@ -79,3 +79,18 @@ def test_acceptance_help_defaults_are_the_statistics_defaults():
 def test_no_help_cites_the_spec():
     for name, action in _actions():
         assert "SPEC" not in (action.help or ""), (name, action.option_strings)
+
+
+def test_tracking_uri_help_names_the_true_default_store(tmp_path, monkeypatch):
+    """Every --tracking-uri help names the store resolve_tracking_uri really opens by default."""
+    from recipe_audit.tracking import DEFAULT_STORE_DIR, resolve_tracking_uri
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    default = resolve_tracking_uri(None)
+    assert default == f"sqlite:///{tmp_path.resolve() / DEFAULT_STORE_DIR / 'mlflow.db'}"
+    helps = {name: " ".join((a.help or "").split()) for name, a in _actions() if a.dest == "tracking_uri"}
+    assert set(helps) >= {"card", "attach", "gate", "verify", "acceptance"}
+    for name, text in helps.items():
+        assert "$MLFLOW_TRACKING_URI" in text and f"sqlite:///{DEFAULT_STORE_DIR}/mlflow.db" in text, (name, text)
+        assert "./mlruns)" not in text and "sqlite:///./" not in text, (name, text)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .args import count, number, positive, probability
+from .args import TRACKING_URI_HELP, count, number, positive, probability
 
 margin = number(lambda v: 0 <= v < 0.5, "must lie in [0, 0.5)")
 
@@ -39,7 +39,7 @@ def register(subparsers) -> dict:
                      help="also read the records table of every run of this MLflow experiment")
     src.add_argument("--records-table", default="eval_records.json", metavar="FILE",
                      help="artifact name of the records table (default eval_records.json)")
-    src.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else ./mlruns)")
+    src.add_argument("--tracking-uri", default=None, help=f"MLflow tracking URI ({TRACKING_URI_HELP})")
     cells = p.add_argument_group("cells")
     cells.add_argument("--defense", action="append", default=[], metavar="CELL", required=True,
                        help="defense cell (repeat for several)")

@@ -19,12 +19,12 @@ import argparse
 import json
 import sys
 
-from .args import finite
+from .args import TRACKING_URI_HELP, finite
 
 
-def _uri_option(p: argparse.ArgumentParser) -> None:
+def _uri_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
     p.add_argument("--tracking-uri", default=None,
-                   help="tracking store and model registry (default: $MLFLOW_TRACKING_URI, else ./mlruns)")
+                   help=help or f"tracking store and model registry ({TRACKING_URI_HELP})")
 
 
 def _open(tracking_uri: str | None) -> str:
@@ -79,7 +79,9 @@ def register(subparsers) -> dict:
     v = subparsers.add_parser("verify", help="recompute a card from the tracking store and compare")
     v.add_argument("card", metavar="PATH_OR_URI")
     v.add_argument("--json", action="store_true", help="print one JSON object")
-    _uri_option(v)
+    _uri_option(v, help="the tracking store to recompute the card from (default: the one the card names as its "
+                        "source); a runs:/ card is read from this store, else from $MLFLOW_TRACKING_URI, else "
+                        "sqlite:///mlruns/mlflow.db")
     return {"attach": cmd_attach, "gate": cmd_gate, "verify": cmd_verify}
 
 
