@@ -7,7 +7,9 @@
 * :mod:`.rules` — the comparison rules (mean, median, bootstrap, mean − 2 sd, card);
 * :mod:`.split_audit` — the held-out split audit and evidence responsiveness;
 * :mod:`.curtail` — curtailment: when the verdict at a planned N is already settled;
-* :mod:`.band` — the simultaneous upper band on the failure curve, valid for every τ at once.
+* :mod:`.band` — the simultaneous upper band on the failure curve, valid for every τ at once;
+* :mod:`.family` — family-wise cards: a recipe chosen from M keeps the guarantee (Bonferroni, Holm);
+* :mod:`.anytime` — the confidence sequence of an open-ended sweep, valid at every N at once.
 
 >>> from recipe_audit.stats import tail_bound
 >>> tail_bound(0, 22).verdict
@@ -32,6 +34,10 @@ _WHERE = {
     "curtail": ("STOP_ON", "CurtailPlan", "CurtailSimulation", "CurtailState", "curtail_determined",
                 "curtail_plan", "curtail_sequence", "curtail_state", "curtailed_verdict_array",
                 "simulate_curtailment"),
+    "family": ("FAMILY_METHODS", "FamilyCard", "FamilyMember", "family_bounds", "family_sample_floor",
+               "family_tail_bound"),
+    "anytime": ("AnytimeBound", "AnytimeSequence", "anytime_bound", "anytime_sample_floor", "anytime_sequence",
+                "anytime_thresholds", "stop_probabilities"),
     "errors": ("StatsInputError",),
     "rules": ("RULES", "RuleDecisions", "apply_rules", "bootstrap_percentile", "count_failures", "failure_mask"),
     "split_audit": ("DEFAULT_AUDIT_B", "AuditCell", "CellAudit", "EvidenceResponsiveness", "RuleAudit",
@@ -60,6 +66,19 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "FAMILY_METHODS",
+    "AnytimeBound",
+    "AnytimeSequence",
+    "FamilyCard",
+    "FamilyMember",
+    "anytime_bound",
+    "anytime_sample_floor",
+    "anytime_sequence",
+    "anytime_thresholds",
+    "family_bounds",
+    "family_sample_floor",
+    "family_tail_bound",
+    "stop_probabilities",
     "BAND_METHODS",
     "STOP_ON",
     "BandBounds",
