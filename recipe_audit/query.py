@@ -242,7 +242,9 @@ class _Raw:
     columns: dict[str, np.ndarray]
     parents: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
-    metric_keys_in_experiment: list[str] | None = None
+    # the client path: ``{"metrics" | "params" | "tags": {run id: its keys}}`` (for messages);
+    # the SQL path asks the database when a message needs them
+    keys_by_run: dict[str, dict[str, list[str]]] | None = None
 
 
 def _objects(values: Iterable[Any]) -> np.ndarray:
@@ -485,20 +487,28 @@ def _sql_parents(
     return {p: (d.get(keys.TAG_SWEEP_ID), d.get(keys.TAG_PLANNED_SEEDS)) for p, d in found.items()}
 
 
-def _sql_metric_keys(uri: str, experiment_id: str) -> list[str]:
-    """Metric keys logged by the active runs of the experiment (for an error message)."""
-    import sqlalchemy as sa
+def _keys_of_runs(uri: str, raw: _Raw, kind: str, run_ids: list[str]) -> list[str]:
+    """The ``kind`` keys (``metrics``, ``params``, ``tags``) some of ``run_ids`` have, sorted: for a
+    message that names what the runs a card reads do have (not what other runs in the
+    experiment, such as recipe_audit's own card runs, logged). MLflow's own tags are left out."""
+    if raw.keys_by_run is not None:
+        per_run = raw.keys_by_run[kind]
+        found = {k for rid in run_ids for k in per_run.get(rid, ())}
+    else:
+        import sqlalchemy as sa
 
-    t = _sql_tables()
-    r, m = t["runs"], t["latest_metrics"]
-    stmt = (
-        sa.select(m.c.key)
-        .distinct()
-        .select_from(m.join(r, r.c.run_uuid == m.c.run_uuid))
-        .where(r.c.experiment_id == int(experiment_id), r.c.lifecycle_stage == "active")
-    )
-    with _engine(uri).connect() as conn:
-        return sorted(k for (k,) in conn.execute(stmt))
+        table = _sql_tables()["latest_metrics" if kind == "metrics" else kind]
+        found = set()
+        with _engine(uri).connect() as conn:
+            for i in range(0, len(run_ids), _ID_CHUNK):
+                stmt = sa.select(table.c.key).distinct().where(table.c.run_uuid.in_(run_ids[i : i + _ID_CHUNK]))
+                found.update(k for (k,) in conn.execute(stmt))
+    return sorted(k for k in found if not (kind == "tags" and k.startswith("mlflow.")))
+
+
+def _listing(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(repr(k) for k in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -583,7 +593,10 @@ def _read_client(
             except MlflowException:
                 ptags = {}
         raw.parents[pid] = (ptags.get(keys.TAG_SWEEP_ID), ptags.get(keys.TAG_PLANNED_SEEDS))
-    raw.metric_keys_in_experiment = sorted({k for d in metrics for k in d})
+    raw.keys_by_run = {
+        kind: {i.run_id: list(d) for i, d in zip(infos, dicts, strict=True)}
+        for kind, dicts in (("metrics", metrics), ("params", params), ("tags", tags))
+    }
     return raw
 
 
@@ -739,14 +752,9 @@ def _frame(
     run_ids = take("run_id")
     for name in metric_names if require_metrics else ():
         if not take(f"logged.{name}").any():
-            existing = raw.metric_keys_in_experiment
-            if existing is None:
-                existing = _sql_metric_keys(uri, raw.experiment_id)
-            shown = ", ".join(repr(k) for k in existing[:5])
-            more = f" and {len(existing) - 5} more" if len(existing) > 5 else ""
-            have = (
-                f"; metrics logged there: {shown}{more}" if existing else "; no run there logged any metric"
-            )
+            # the metrics of the runs a card would read (the user's), not every run's of the experiment
+            existing = _keys_of_runs(uri, raw, "metrics", run_ids.tolist())
+            have = f"; metrics logged there: {_listing(existing)}" if existing else "; no run there logged any metric"
             raise QueryError(f"No run in experiment {experiment!r} has the metric {name!r}{have}.")
 
     if seed.kind == "metrics":
@@ -763,7 +771,8 @@ def _frame(
     if len(missing) and require_seed:
         if len(missing) == len(run_ids):
             raise QueryError(
-                f"None of the {len(run_ids)} runs in experiment {experiment!r} has the seed key {seed.text!r}."
+                f"None of the {len(run_ids)} runs in experiment {experiment!r} has the seed key {seed.text!r}"
+                f"{_seed_candidates(uri, raw, seed, run_ids.tolist())}."
             )
         raise QueryError(
             f"{len(missing)} of {len(run_ids)} runs in experiment {experiment!r} lack the seed key "
@@ -806,6 +815,17 @@ def _frame(
             values = take(f"{k.kind}.{k.name}")
             out[k.text] = values if k.kind == "metrics" else obj(values)
     return pd.DataFrame(out)
+
+
+def _seed_candidates(uri: str, raw: _Raw, seed: _Key, run_ids: list[str]) -> str:
+    """What a wrong seed key could have been: the runs' params (and their tags or metrics when
+    the key named one of those), keys with "seed" in their name first."""
+    kinds = ["params"] + ([seed.kind] if seed.kind in ("tags", "metrics") else [])
+    found = [f"{kind}.{k}" for kind in kinds for k in _keys_of_runs(uri, raw, kind, run_ids)]
+    if not found:
+        return "; they have no params" if kinds == ["params"] else f"; they have no params or {seed.kind}"
+    found.sort(key=lambda k: "seed" not in k.lower())  # stable: otherwise in kind, then name order
+    return f"; the {' and '.join(kinds)} there: {_listing(found, 8)}"
 
 
 def _int_array(values: np.ndarray) -> pd.arrays.IntegerArray:

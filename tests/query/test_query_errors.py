@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from query_stores import *  # noqa: F403 (the fixtures)
-from query_stores import METRIC
+from helpers.query_stores import METRIC
 
 from recipe_audit import keys
 from recipe_audit.query import QueryError, collect_reruns, read_runs
@@ -62,8 +61,8 @@ def test_metric_no_run_has_lists_five_existing_keys(rich_store, backend):
     assert _message(uri, "exp", backend, metric_keys=[METRIC, "accuracy/nope"]) == (
         "No run in experiment 'exp' has the metric 'accuracy/nope'; metrics logged there: "
         "'accuracy/calibration', 'majority_rate/calibration', 'pred_mode_share/calibration', 'train_loss', "
-        "'train_seconds' and 1 more."
-    )
+        "'train_seconds'."
+    )  # the metrics of the reruns: not the card run's upper_bound, logged in the same experiment
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -94,7 +93,12 @@ def test_seed_key_missing_on_some_runs(errors_store, backend):
 def test_seed_key_on_no_run(byo_store, backend):
     uri, _ = byo_store
     assert _message(uri, "byo", backend, metric_keys=["val_acc"], seed_key="tags.seed") == (
-        "None of the 6 runs in experiment 'byo' has the seed key 'tags.seed'."
+        "None of the 6 runs in experiment 'byo' has the seed key 'tags.seed'; the params and tags there: "
+        "'params.seed', 'params.model_name', 'tags.owner'."
+    )  # the params that exist, a key named like a seed first
+    assert _message(uri, "byo", backend, metric_keys=["val_acc"], seed_key="params.sed") == (
+        "None of the 6 runs in experiment 'byo' has the seed key 'params.sed'; the params there: "
+        "'params.seed', 'params.model_name'."
     )
 
 
