@@ -40,6 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="failure budget ε, strictly between 0 and 1 (default 0.10)")
     b.add_argument("--delta", type=risk, default=0.10,
                    help="statistical risk δ, strictly between 0 and 0.5 (default 0.10)")
+    b.add_argument("--family-size", type=whole(1, 10**15, "10^15"), default=None, metavar="M",
+                   help="the recipe was chosen from M recipe identities (a grid, the best of several): "
+                        "also state the family-wise bounds at risk δ/M, its floor and verdict, which hold "
+                        "whichever recipe was chosen")
+    b.add_argument("--anytime", action="store_true",
+                   help="the reruns come from a sweep that added seeds until the card looked good: also "
+                        "state the confidence sequence's bounds U_n and L_n (valid at every N at once), its "
+                        "floor and verdict")
     b.add_argument("--json", action="store_true", help="print one JSON object")
 
     c = sub.add_parser("card", help="compute recipe cards from an MLflow experiment")
@@ -101,16 +109,45 @@ DEFAULT_TAU = 0.7
 def cmd_bound(a: argparse.Namespace) -> int:
     from .stats.exact import tail_bound  # pure Python: no NumPy, SciPy or pandas to import
 
+    if a.family_size is not None and a.anytime:
+        raise ValueError("Give --family-size or --anytime, not both: a bound reads either a recipe chosen "
+                         "from a family or an open-ended sweep.")
     tb = tail_bound(a.failures, a.reruns, a.eps, a.delta)
     out = {"upper_bound": tb.upper, "lower_bound": tb.lower, "sample_floor": tb.sample_floor,
            "verdict": tb.verdict, "more_clean_reruns_needed": tb.more_clean_reruns_needed,
            "failures": tb.k, "reruns": tb.n, "eps": tb.eps, "delta": tb.delta}
+    lead = ""
+    if a.family_size is not None:
+        from .stats.family import family_tail_bound  # pure Python, like tail_bound
+
+        fb = family_tail_bound(a.failures, a.reruns, a.eps, a.delta, a.family_size)
+        out["family"] = {"size": fb.family_size, "delta": fb.family_delta, "upper_bound": fb.upper,
+                         "lower_bound": fb.lower, "sample_floor": fb.sample_floor, "verdict": fb.verdict,
+                         "more_clean_reruns_needed": fb.more_clean_reruns_needed}
+        lead = (f"  chosen from a family of M = {fb.family_size} recipes, each bounded at δ/M = {fb.family_delta:.4g}: "
+                f"U = {fb.upper:.4g}, L = {fb.lower:.4g}, family-wise floor {fb.sample_floor}\n"
+                f"  family-wise verdict: {fb.verdict}"
+                + (f" ({fb.more_clean_reruns_needed} more clean reruns would make it release-supported)"
+                   if fb.more_clean_reruns_needed and fb.verdict != "release-supported" else "")
+                + "; it holds whichever of the M recipes was chosen, the pointwise verdict below only "
+                  "for a recipe fixed before the others were looked at\n")
+    if a.anytime:
+        from .stats.anytime import ANYTIME_RULE, anytime_bound  # pure Python, like tail_bound
+
+        ab = anytime_bound(a.failures, a.reruns, a.eps, a.delta)
+        out["anytime"] = {"upper_bound": ab.upper, "lower_bound": ab.lower, "sample_floor": ab.sample_floor,
+                          "verdict": ab.verdict, "method": ab.method, "rule": ANYTIME_RULE}
+        lead = (f"  read as an open-ended sweep (seeds added until the card looked good): confidence "
+                f"sequence U_n = {ab.upper:.4g}, L_n = {ab.lower:.4g}, anytime floor {ab.sample_floor}\n"
+                f"  anytime verdict: {ab.verdict}; it holds however often the card was read, the pointwise "
+                "verdict below only for an N fixed before the sweep\n")
     if a.json:
         print(json.dumps(out))
     else:
-        print(f"{tb.k} failures in {tb.n} reruns, ε = {tb.eps}, δ = {tb.delta}:\n"
-              f"  upper bound U = {tb.upper:.4g}, lower bound L = {tb.lower:.4g}, "
-              f"sample floor N_min = {tb.sample_floor}\n  verdict: {tb.verdict}"
+        print(f"{tb.k} failures in {tb.n} reruns, ε = {tb.eps}, δ = {tb.delta}:\n" + lead
+              + ("  pointwise: " if lead else "  ")
+              + f"upper bound U = {tb.upper:.4g}, lower bound L = {tb.lower:.4g}, "
+              f"sample floor N_min = {tb.sample_floor}\n  {'pointwise ' if lead else ''}verdict: {tb.verdict}"
               + (f" ({tb.more_clean_reruns_needed} more clean reruns would make it release-supported)"
                  if tb.more_clean_reruns_needed else ""))
     return 0
