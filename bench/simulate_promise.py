@@ -25,7 +25,23 @@ budget (ε < β(τ0) ≤ 1.5 ε, where shipping is most tempting); P(ship at τ0
 P(the post-hoc τ has β(τ) > ε) over all recipes; P(bound ≥ β at every τ) — the band's promise: at
 least 1 − δ. ε = δ = 0.10 (the audit defaults).
 
-Run: ``python bench/simulate_promise.py`` (about 15 s on 2 cores; ``--quick`` for a smoke run).
+Two further tables check the choices made *after looking* (docs/family_and_anytime.md):
+
+* **the best of M recipes**: M = 3, 10, 30 recipes, all over budget (β just above ε), N = 59 reruns
+  each; the user ships whichever card looks best. P(ship a bad recipe) for the pointwise card (any
+  of the M certified) and for the family-wise card (Holm's step-down: it certifies some recipe
+  exactly when the best one passes at δ/M); and, as its price, P(certify one good recipe
+  (β = 0.02) hidden among M − 1 bad ones);
+* **adding seeds until it looks good**: the card read after every batch of 5 seeds, up to 200, and
+  the sweep stopped at the first ``release-supported``. P(ever ship a bad recipe) for the pointwise
+  card, for the exact bound at risk δ·6/(π² j²) at the j-th look (a union bound over the looks) and
+  for the confidence sequence; then the mean number of seeds the confidence sequence needs at true
+  failure rates 0, 0.02 and 0.05, and how often it ends release-supported.
+
+Each probability is computed exactly (binomial sums, and a forward recursion over the looks) and
+by simulation beside it (vectorised draws of every rerun).
+
+Run: ``python bench/simulate_promise.py`` (about 25 s on 2 cores; ``--quick`` for a smoke run).
 """
 
 from __future__ import annotations
@@ -42,11 +58,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recipe_audit.stats import (  # noqa: E402
     RULES,
+    anytime_sample_floor,
+    anytime_thresholds,
     apply_rules,
     band_sample_floor,
     clopper_pearson_upper,
     curtail_plan,
+    family_sample_floor,
     simultaneous_band,
+    stop_probabilities,
 )
 
 EPS = DELTA = 0.10
@@ -159,14 +179,141 @@ def table(res: dict) -> str:
     return "\n".join(lines) + "\n\nBy family — " + "; ".join(per) + "."
 
 
+# ---------------------------------------------------------------------------------------------
+# Choosing after looking: the best of M recipes, and seeds added until the card looks good
+# ---------------------------------------------------------------------------------------------
+
+N_FAMILY = 59
+FAMILY_MS = (1, 3, 10, 30)
+BAD_BETAS = (0.10, 0.11, 0.15)  # 0.10: the limit from above, the worst case over recipes over budget
+GOOD_BETA = 0.02
+BATCH, MAX_SEEDS = 5, 200
+POWER_BETAS = (0.0, 0.02, 0.05)
+
+
+def _ship_prob(n: int, beta: float, max_k: int) -> float:
+    return float(sps.binom.cdf(max_k, n, beta)) if max_k >= 0 else 0.0
+
+
+def best_of_m(sims: int, seed: int) -> tuple[str, list[tuple[str, bool]]]:
+    """P(ship a bad recipe) when the best of M is shipped: exact, and simulated beside it."""
+    rng = np.random.default_rng(seed)
+    a_point = curtail_plan(N_FAMILY, EPS, DELTA).supported_max_k
+    head = ["M", "family-wise floor"] + [f"β = {b:.2f}: pointwise / family-wise" for b in BAD_BETAS] + [
+        f"one good recipe (β = {GOOD_BETA}) certified: pointwise / family-wise at δ/M"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    checks = []
+    for m in FAMILY_MS:
+        a_fam = curtail_plan(N_FAMILY, EPS, DELTA / m).supported_max_k
+        cells = [str(m), str(family_sample_floor(EPS, DELTA, m))]
+        for b in BAD_BETAS:
+            exact_p = [1 - (1 - _ship_prob(N_FAMILY, b, a)) ** m for a in (a_point, a_fam)]
+            k = rng.binomial(N_FAMILY, b, (sims, m))
+            sim_p = [np.mean(np.any(k <= a, axis=1)) for a in (a_point, a_fam)]
+            cells.append(f"{exact_p[0]:.3f} ({sim_p[0]:.3f}) / **{exact_p[1]:.3f}** ({sim_p[1]:.3f})")
+            checks.append((f"best of M = {m} at β = {b}: family-wise ships a bad recipe at most δ", exact_p[1] <= DELTA))
+            if m >= 3 and b == BAD_BETAS[0]:
+                checks.append((f"best of M = {m} at β = ε⁺: the pointwise card ships a bad recipe more often than δ",
+                               exact_p[0] > DELTA))
+        good = [_ship_prob(N_FAMILY, GOOD_BETA, a) for a in (a_point, a_fam)]
+        cells.append(f"{good[0]:.3f} / {good[1]:.3f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines), checks
+
+
+def _simulate_peeking(rng, beta: float, looks: np.ndarray, sup: np.ndarray, strong: np.ndarray, sims: int):
+    k = np.cumsum(rng.random((sims, int(looks[-1]))) < beta, axis=1)[:, looks - 1]
+    ship, bad = k <= sup, k >= strong
+    stop = ship | bad
+    first = np.where(stop.any(axis=1), np.argmax(stop, axis=1), looks.size - 1)
+    rows = np.arange(sims)
+    return float(ship[rows, first].mean()), float(looks[first].mean())
+
+
+def peeking(sims: int, seed: int) -> tuple[str, str, list[tuple[str, bool]]]:
+    """Seeds added in batches of 5 up to 200, the card read after every batch."""
+    rng = np.random.default_rng(seed)
+    looks = np.arange(BATCH, MAX_SEEDS + 1, BATCH)
+    never = np.full(looks.size, MAX_SEEDS + 1)
+    point = curtail_plan  # the pointwise card at each look
+    rules = {
+        "pointwise card, read at every look": (
+            np.array([point(int(n), EPS, DELTA).supported_max_k for n in looks]),
+            np.array([point(int(n), EPS, DELTA).strong_min_k for n in looks])),
+        "exact bound at δ·6/(π² j²) at the j-th look": (
+            np.array([point(int(n), EPS, DELTA * 6 / (np.pi**2 * j**2)).supported_max_k
+                      for j, n in enumerate(looks, start=1)]), never),
+        "confidence sequence (anytime card)": tuple(np.array(x) for x in zip(
+            *(anytime_thresholds(int(n), EPS, DELTA) for n in looks), strict=True)),
+    }
+    head = ["rule"] + [f"P(ever ships) at β = {b:.2f}" for b in BAD_BETAS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    checks = []
+    for name, (sup, strong) in rules.items():
+        cells = [name]
+        for b in BAD_BETAS:
+            ex = stop_probabilities(b, looks, sup, strong)["p_supported"]
+            sim, _ = _simulate_peeking(rng, b, looks, sup, strong, sims)
+            cells.append(f"{ex:.3f} ({sim:.3f})" if ex >= 5e-4 else f"{ex:.1e} ({sim:.3f})")
+            if name.startswith("confidence"):
+                checks.append((f"confidence sequence at β = {b}: ever ships at most δ", ex <= DELTA))
+            if name.startswith("pointwise") and b == BAD_BETAS[0]:
+                checks.append(("pointwise card read at every look ships a bad recipe more often than δ", ex > DELTA))
+        lines.append("| " + " | ".join(cells) + " |")
+    # the price: seeds needed and how often it ships, at good failure rates
+    sup, strong = rules["confidence sequence (anytime card)"]
+    u_sup, u_strong = rules["exact bound at δ·6/(π² j²) at the j-th look"]
+    a59 = curtail_plan(N_FAMILY, EPS, DELTA).supported_max_k
+    head2 = ["true failure rate", "confidence sequence: mean seeds", "P(release-supported by 200)",
+             "P(strong-unsupported)", "union bound over looks: mean seeds / P(release-supported)",
+             f"fixed N = {N_FAMILY} card: P(release-supported)"]
+    lines2 = ["| " + " | ".join(head2) + " |", "|" + "---|" * len(head2)]
+    for b in POWER_BETAS:
+        ex = stop_probabilities(b, looks, sup, strong)
+        un = stop_probabilities(b, looks, u_sup, u_strong)
+        _, mean_sim = _simulate_peeking(rng, b, looks, sup, strong, sims)
+        lines2.append(f"| {b:.2f} | {ex['mean_reruns']:.1f} ({mean_sim:.1f}) | {ex['p_supported']:.3f} | "
+                      f"{ex['p_strong']:.3f} | {un['mean_reruns']:.1f} / {un['p_supported']:.3f} | "
+                      f"{_ship_prob(N_FAMILY, b, a59):.3f} |")
+    return "\n".join(lines), "\n".join(lines2), checks
+
+
+def after_looking(sims: int, seed: int) -> bool:
+    print("## Choosing after looking\n")
+    print(f"### The best of M recipes (N = {N_FAMILY} reruns each; exact, simulated in brackets, "
+          f"{sims} simulated families)\n")
+    table_m, checks = best_of_m(sims, seed)
+    print(table_m + "\n")
+    print(f"### Adding seeds until it looks good (a look after every {BATCH} seeds, at most {MAX_SEEDS}; "
+          f"anytime floor {anytime_sample_floor(EPS, DELTA)} seeds, fixed-N floor 22; exact, simulated in "
+          f"brackets)\n")
+    t1, t2, c2 = peeking(sims, seed + 1)
+    print(t1 + "\n")
+    print(t2 + "\n")
+    ok = True
+    for text, passed in checks + c2:
+        ok &= bool(passed)
+        print(f"{'PASS' if passed else 'FAIL'}: {text}")
+    print()
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--recipes", type=int, default=20000, help="recipes at N = 59 (half as many at N = 120)")
     ap.add_argument("--seed", type=int, default=20261130)
     ap.add_argument("--quick", action="store_true", help="2,000 recipes: a smoke run")
+    ap.add_argument("--sims", type=int, default=20000, help="simulated families and sweeps for the tables of "
+                                                             "choosing after looking (default 20,000)")
+    ap.add_argument("--only-after-looking", action="store_true",
+                    help="only the tables of choosing after looking (the best of M, seeds added)")
     a = ap.parse_args()
     r59 = 2000 if a.quick else a.recipes
     t0 = time.perf_counter()
+    if a.only_after_looking:
+        ok = after_looking(2000 if a.quick else a.sims, a.seed + 11)
+        print(f"({time.perf_counter() - t0:.0f} s)")
+        return 0 if ok else 1
     print(f"ε = δ = {EPS}; pre-registered bar τ0 = {TAU0}; band floor {band_sample_floor(EPS, DELTA)} reruns "
           f"(pointwise card: 22); bootstrap B = {B} (the card uses 2,000).\n")
     ok = True
@@ -190,6 +337,7 @@ def main() -> int:
             ok &= bool(passed)
             print(f"{'PASS' if passed else 'FAIL'}: {text}")
         print()
+    ok &= after_looking(2000 if a.quick else a.sims, a.seed + 11)
     print(f"({time.perf_counter() - t0:.0f} s)")
     return 0 if ok else 1
 
