@@ -129,6 +129,7 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
                 client.create_experiment(experiment_name, artifact_location=_default_artifact_location(uri),
                                          tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
                 exp = client.get_experiment_by_name(experiment_name)
+            _write_ahead_log(uri)
         if exp.lifecycle_stage != "active":
             raise TrackingError(f"Experiment '{experiment_name}' in {uri} is deleted; restore it or pick another name.")
         else:
@@ -142,6 +143,49 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
     store = Store(uri, exp_id, experiment_name)
     _STORES[key] = store
     return store
+
+
+def _write_ahead_log(uri: str) -> None:
+    """Switch a local SQLite store to SQLite's write-ahead log, once (the mode is kept in the file).
+
+    In its default rollback-journal mode SQLite syncs the disk several times a commit and a
+    writer locks out readers; every rerun makes four commits (open, params and metrics, status),
+    so on a slow or busy disk those syncs were most of what the callback cost a job (the cost is
+    measured by ``bench/bench_plugin.py``), and parallel workers waited on each other's locks.
+    With the log, a commit is one append and readers (``mlflow ui``, a card) do not block
+    writers. The log needs the processes that share the file to share one machine's memory, as a
+    SQLite store already does to be safe; a store shared across machines belongs on a server."""
+    if not uri.startswith("sqlite:///"):
+        return
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(uri[len("sqlite:///"):], timeout=5)
+        try:
+            if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                con.execute("PRAGMA journal_mode=WAL")
+        finally:
+            con.close()
+    except sqlite3.Error:  # busy or read-only: the store works as it is, only slower
+        pass
+
+
+def checkpoint_store(uri: str) -> None:
+    """Fold a SQLite store's write-ahead log back into the database file, so that ``mlflow.db``
+    alone holds the whole sweep (to copy, to archive) once the sweep is over. Best effort: a
+    store busy with another sweep keeps its log, which SQLite folds in later by itself."""
+    if not uri.startswith("sqlite:///"):
+        return
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(uri[len("sqlite:///"):], timeout=5)
+        try:
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            con.close()
+    except sqlite3.Error:
+        pass
 
 
 @contextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SMALL, run_app
+from helpers.app import SMALL, run_app
 
 from recipe_audit import keys
 
@@ -126,3 +126,27 @@ def test_rerun_logger_writes_the_first_step_at_once_then_batches(store):
     logger.finish()
     assert sorted(written()) == [1, 2, 3, 4, 5]
     assert client.get_run(logger.run_id).info.status == "FINISHED"
+
+
+def test_a_new_sqlite_store_keeps_a_write_ahead_log_and_folds_it_back(tmp_path):
+    """The store the callback opens writes through SQLite's write-ahead log (one append a commit,
+    readers do not block writers), and a checkpoint leaves the whole sweep in ``mlflow.db``."""
+    import sqlite3
+
+    from mlflow import MlflowClient
+
+    from recipe_audit import tracking
+
+    db = tmp_path / "wal" / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    st = tracking.open_store(uri, "wal-check")
+    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    run = MlflowClient(uri).create_run(st.experiment_id)
+    MlflowClient(uri).log_metric(run.info.run_id, "val_accuracy", 0.9)
+    assert db.with_name("mlflow.db-wal").stat().st_size > 0  # the commit went to the log
+    tracking.checkpoint_store(uri)
+    assert db.with_name("mlflow.db-wal").stat().st_size == 0
+    copy = tmp_path / "copy.db"  # the database file alone now holds the metric
+    copy.write_bytes(db.read_bytes())
+    row = sqlite3.connect(copy).execute("select value from metrics where key='val_accuracy'").fetchone()
+    assert row == (0.9,)

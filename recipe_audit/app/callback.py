@@ -260,6 +260,8 @@ class RecipeAuditCallback(Callback):
         if self.sweep is None or _rank() != 0:
             return
         sweep, self.sweep = self.sweep, None
+        from .. import tracking
+
         try:
             self._end(sweep, config)
         except (SystemExit, KeyboardInterrupt):
@@ -267,6 +269,8 @@ class RecipeAuditCallback(Callback):
         except Exception as exc:  # noqa: BLE001 - a store that went away, a full disk: say so, exit non-zero
             _stop(f"the end of sweep {sweep.sweep_id} could not be recorded ({_one_line(exc)}); the reruns "
                   "that finished are in the store: compute the card with `recipe-audit card` once it is back.")
+        finally:
+            tracking.checkpoint_store(sweep.tracking_uri)
 
     def _end(self, sweep, config: DictConfig) -> None:
         from .. import tracking
