@@ -756,9 +756,24 @@ def tag_sweep_with_cards(info: SweepInfo, entries: list[dict[str, Any]], descrip
     if len(cells) > 1:
         ok = sum(1 for e in entries if e["verdict"] == "release-supported")
         tags.append(RunTag(keys.PREFIX + "verdict", f"{ok} of {len(entries)} cells release-supported"))
+    tags.append(RunTag("mlflow.runName", sweep_run_name(info.sweep_id, entries)))
     for i in range(0, max(len(tags), len(metrics)), _MAX_PARAMS_PER_CALL):
         client.log_batch(info.parent_run_id, metrics=metrics[i:i + _MAX_PARAMS_PER_CALL],
                          tags=tags[i:i + _MAX_PARAMS_PER_CALL])
+
+
+def sweep_run_name(sweep_id: str, entries: list[dict[str, Any]]) -> str:
+    """The sweep's run name once its card is known, so the runs table's one default text column
+    shows the verdict: ``sweep-<id> · τ 0.7 unsupported (6/59 failed, U 0.172)``; several recipes
+    or metrics: ``sweep-<id> · 1 of 4 cells release-supported``."""
+    if len({(e["label"], e["metric"]) for e in entries}) > 1:
+        ok = sum(1 for e in entries if e["verdict"] == "release-supported")
+        verdict = f"{ok} of {len(entries)} cells release-supported"
+    else:
+        verdict = "; ".join(f"τ {e['tau']:g} {e['verdict']}" + (
+            "" if e.get("upper_bound") is None else f" ({e['n_failures']}/{e['n_reruns']} failed, U {e['upper_bound']:.3f})")
+            for e in entries)
+    return f"sweep-{sweep_id} · {verdict}"[:250]  # MLflow's run_name column
 
 
 def tag_rerun_bars(store: Store, run_id: str, tags: Mapping[str, str]) -> None:
