@@ -278,7 +278,7 @@ class CurtailingSweeperBase(RecipeSweeperBase):
                  self.stop_on)
         floor = sample_floor(audit["eps"], audit["delta"])
         if any(g.n_planned < floor for g in self.groups):
-            log.warning("a plan of fewer than %d seeds (the sample floor at eps = %g, delta = %g) can never be "
+            log.warning("a plan of fewer than %d seeds (the sample floor at ε = %g, δ = %g) can never be "
                         "release-supported: with stop_on=decision the first batch settles it",
                         floor, audit["eps"], audit["delta"])
         returns: list[Sequence[JobReturn]] = []

@@ -231,15 +231,15 @@ def _reason(bound, cell: Cell, opts: CardOptions) -> str:
     unf = f" ({len(cell.unfinished)} unfinished, counted as failures)" if cell.unfinished else ""
     if bound.verdict == stats.SUPPORTED:
         return (f"{k} of {n} reruns failed{unf}; with confidence {1 - opts.delta:.0%} the next rerun "
-                f"fails with probability at most {bound.upper:.3f} <= eps = {opts.eps}.")
+                f"fails with probability at most {bound.upper:.3f} ≤ ε = {opts.eps:g}.")
     if bound.verdict == stats.STRONG_UNSUPPORTED:
         return (f"{k} of {n} reruns failed{unf}; even the lower bound {bound.lower:.3f} exceeds "
-                f"eps = {opts.eps}: the recipe fails too often.")
+                f"ε = {opts.eps:g}: the recipe fails too often.")
     if bound.verdict == stats.INSUFFICIENT:
-        return (f"{n} reruns are fewer than the sample floor {bound.sample_floor} for eps = {opts.eps}, "
-                f"delta = {opts.delta}: nothing can be certified; at least "
+        return (f"{n} reruns are fewer than the sample floor {bound.sample_floor} for ε = {opts.eps:g}, "
+                f"δ = {opts.delta:g}: nothing can be certified; at least "
                 f"{bound.more_clean_reruns_needed} more clean reruns are needed.")
-    return (f"{k} of {n} reruns failed{unf}; the upper bound {bound.upper:.3f} exceeds eps = {opts.eps}"
+    return (f"{k} of {n} reruns failed{unf}; the upper bound {bound.upper:.3f} exceeds ε = {opts.eps:g}"
             + (f"; {bound.more_clean_reruns_needed} more clean reruns would be needed." if
                bound.more_clean_reruns_needed else "."))
 

@@ -33,17 +33,35 @@ def cell_groups(doc: dict[str, Any]) -> OrderedDict[tuple, list[dict]]:
 
 
 def verdict_table(doc: dict[str, Any]) -> list[list[str]]:
-    """Rows of the grid (cells × τ): cell, τ, failures/N, U, verdict, what the mean rule says."""
+    """Rows of the grid (cells × τ): cell, τ, failures/N, U, verdict, whether the mean rule ships."""
     rows = []
     for e in doc["cells"]:
         k = "—" if e["n_failures"] is None else str(e["n_failures"])
         rows.append([e["label"], e["audit_set"] or e["metric"], f"{e['tau']:g}",
                      f"{k}/{e['n_reruns']}" + _planned_suffix(e), _f(e["upper_bound"]), e["verdict"],
-                     "ships" if e["rules"]["mean"] else "holds"])
+                     ships(e["rules"]["mean"])])
     return rows
 
 
-GRID_HEADER = ["cell", "audit", "τ", "failures/N", "U", "verdict", "mean rule"]
+GRID_HEADER = ["cell", "audit", "τ", "failures/N", "U", "verdict", "mean ≥ τ"]
+
+
+def ships(decision: bool) -> str:
+    """A rule's decision in the card's words (terminal, Markdown, HTML alike)."""
+    return "ships" if decision else "does not ship"
+
+
+def rules_table(entries: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """What every rule decides on one cell's reruns, one column per τ: (header, rows)."""
+    st = entries[0]["rule_statistics"]
+    stat_of = {"mean": st["mean"], "median": st["median"], "bootstrap": st["bootstrap_limit"],
+               "mean_minus_2sd": st["two_sd_limit"], "card": None}
+    header = ["rule", "statistic"] + [f"ships at τ = {e['tau']:g}?" for e in entries]
+    rows = []
+    for rule, label in RULE_LABELS.items():
+        stat = _f(stat_of[rule]) if rule != "card" else "U = " + ", ".join(_f(e["upper_bound"]) for e in entries)
+        rows.append([label, stat] + [ships(e["rules"][rule]) for e in entries])
+    return header, rows
 
 
 def text_table(rows: list[list[str]], header: list[str]) -> str:
@@ -101,15 +119,7 @@ def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None,
         lines += ["", "What common practice would have decided on the same reruns "
                   f"(the practice rules see only the {first['rule_statistics']['n_finished']} finished "
                   f"reruns and ignore {first['rule_statistics']['n_ignored_by_practice_rules']}):", ""]
-        st = first["rule_statistics"]
-        stat_of = {"mean": st["mean"], "median": st["median"], "bootstrap": st["bootstrap_limit"],
-                   "mean_minus_2sd": st["two_sd_limit"], "card": None}
-        header = ["rule", "statistic"] + [f"τ = {e['tau']:g}" for e in entries]
-        rrows = []
-        for rule, label in RULE_LABELS.items():
-            stat = _f(stat_of[rule]) if rule != "card" else "U = " + ", ".join(_f(e["upper_bound"]) for e in entries)
-            rrows.append([label, stat] + ["ships" if e["rules"][rule] else "does not ship" for e in entries])
-        lines += [_md_table(header, rrows), ""]
+        lines += [_md_table(*rules_table(entries)), ""]
         if first["unfinished"]:
             lines += [f"Unfinished reruns ({len(first['unfinished'])}, counted as failures): "
                       + ", ".join(f"seed {u['seed']} ({u['reason']})" for u in first["unfinished"]), ""]

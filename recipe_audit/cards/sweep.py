@@ -8,7 +8,7 @@ from typing import Any
 
 from .build import CardOptions
 from .compute import CardRequest, compute_cards
-from .render import GRID_HEADER, text_table, verdict_table
+from .render import GRID_HEADER, cell_groups, rules_table, text_table, verdict_table
 from .store import log_card_runs, render_files
 
 
@@ -17,12 +17,12 @@ def story(doc: dict[str, Any]) -> list[str]:
     out = []
     for e in doc["cells"]:
         st = e.get("rule_statistics") or {}
+        mean = f"the mean ({st.get('mean', float('nan')):.3f})"
         if e["rules"]["mean"] and not e["rules"]["card"]:
-            out.append(f"{e['label']} at τ = {e['tau']:g}: the mean ({st.get('mean', float('nan')):.3f}) ships, "
-                       f"but {e['n_failures']} of {e['n_reruns']} reruns failed and the card says "
-                       f"{e['verdict']} (U = {e['upper_bound']:.3f} > ε = {e['eps']}).")
+            out.append(f"{e['label']} at τ = {e['tau']:g}: {mean} ships; the card does not: {_why_not(e)}.")
         elif e["rules"]["card"] and not e["rules"]["mean"]:
-            out.append(f"{e['label']} at τ = {e['tau']:g}: the card supports release while the mean does not.")
+            out.append(f"{e['label']} at τ = {e['tau']:g}: the card ships ({e['n_failures']} of {e['n_reruns']} "
+                       f"reruns failed, U = {e['upper_bound']:.3f} ≤ ε = {e['eps']:g}) while {mean} does not.")
     curtailed = {e["label"]: e["curtailment"] for e in doc["cells"] if (e.get("curtailment") or {}).get("stopped_early")}
     for label, cur in curtailed.items():  # where the curtailing sweep stopped and why
         out.append(f"{label}: curtailed after {cur['n_launched']} of {cur['n_planned']} planned reruns; "
@@ -30,11 +30,28 @@ def story(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _why_not(e: dict[str, Any]) -> str:
+    """Why the card does not ship a cell, in one clause: too few reruns, or U above ε."""
+    k, n, u = e["n_failures"], e["n_reruns"], e["upper_bound"]
+    failed = "none failed" if k == 0 else f"{k} failed"
+    if u is None or k is None:
+        return e["verdict"]
+    if n < e["sample_floor"]:
+        return (f"{n} reruns are fewer than the {e['sample_floor']} needed to certify anything at "
+                f"ε = {e['eps']:g}, δ = {e['delta']:g} ({failed}; {e['verdict']})")
+    return f"{k} of {n} reruns failed, so U = {u:.3f} > ε = {e['eps']:g} ({e['verdict']})"
+
+
 def print_summary(doc: dict[str, Any], files: dict[str, Path] | None = None, stream=None) -> None:
     stream = stream or sys.stdout
     print("\nRecipe cards (" + doc["source"]["metric"] + f", ε = {doc['options']['eps']}, "
           f"δ = {doc['options']['delta']}):", file=stream)
     print(text_table(verdict_table(doc), GRID_HEADER), file=stream)
+    for entries in cell_groups(doc).values():  # every rule, as on the card (refused cells have none)
+        if entries[0].get("rule_statistics") and entries[0]["verdict"] != "refused-shift":
+            label = entries[0]["label"] + f" ({entries[0]['audit_set'] or entries[0]['metric']})"
+            print(f"\nWhat common practice decides on the same reruns, {label}:", file=stream)
+            print(text_table(*reversed(rules_table(entries))), file=stream)
     for line in story(doc):
         print("  " + line, file=stream)
     if files:
