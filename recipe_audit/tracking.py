@@ -353,7 +353,10 @@ def start_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path, ove
     return info
 
 
-def end_sweep(info: SweepInfo, status: str = "FINISHED") -> None:
+def end_sweep(info: SweepInfo, status: str = "FINISHED", error: str | None = None) -> None:
+    """Close the sweep's parent run; ``error`` (one sentence) is why a sweep stopped early."""
+    if error:
+        _client(info.tracking_uri).set_tag(info.parent_run_id, keys.TAG_ERROR, error[:5000])
     _client(info.tracking_uri).set_terminated(info.parent_run_id, status)
     if os.environ.get(SWEEP_ENV) == info.to_json():
         del os.environ[SWEEP_ENV]
@@ -763,17 +766,18 @@ def tag_sweep_with_cards(info: SweepInfo, entries: list[dict[str, Any]], descrip
 
 
 def sweep_run_name(sweep_id: str, entries: list[dict[str, Any]]) -> str:
-    """The sweep's run name once its card is known, so the runs table's one default text column
-    shows the verdict: ``sweep-<id> · τ 0.7 unsupported (6/59 failed, U 0.172)``; several recipes
-    or metrics: ``sweep-<id> · 1 of 4 cells release-supported``."""
+    """The sweep's run name once its card is known, verdict first, so the runs table's one default
+    text column (narrow: it shows the first twenty characters or so) shows it: ``unsupported at
+    τ 0.7 (6/59 failed, U 0.172) · sweep-<id>``; several recipes or metrics: ``1 of 4 cells
+    release-supported · sweep-<id>``."""
     if len({(e["label"], e["metric"]) for e in entries}) > 1:
         ok = sum(1 for e in entries if e["verdict"] == "release-supported")
         verdict = f"{ok} of {len(entries)} cells release-supported"
     else:
-        verdict = "; ".join(f"τ {e['tau']:g} {e['verdict']}" + (
+        verdict = "; ".join(f"{e['verdict']} at τ {e['tau']:g}" + (
             "" if e.get("upper_bound") is None else f" ({e['n_failures']}/{e['n_reruns']} failed, U {e['upper_bound']:.3f})")
             for e in entries)
-    return f"sweep-{sweep_id} · {verdict}"[:250]  # MLflow's run_name column
+    return f"{verdict} · sweep-{sweep_id}"[-250:]  # MLflow's run_name column holds 250
 
 
 def tag_rerun_bars(store: Store, run_id: str, tags: Mapping[str, str]) -> None:
