@@ -777,7 +777,10 @@ def sweep_run_name(sweep_id: str, entries: list[dict[str, Any]]) -> str:
         verdict = "; ".join(f"{e['verdict']} at τ {e['tau']:g}" + (
             "" if e.get("upper_bound") is None else f" ({e['n_failures']}/{e['n_reruns']} failed, U {e['upper_bound']:.3f})")
             for e in entries)
-    return f"{verdict} · sweep-{sweep_id}"[-250:]  # MLflow's run_name column holds 250
+    tail = f" · sweep-{sweep_id}"
+    if len(verdict) + len(tail) > 250:  # MLflow's run_name column holds 250
+        verdict = verdict[:249 - len(tail)] + "…"
+    return verdict + tail
 
 
 def tag_rerun_bars(store: Store, run_id: str, tags: Mapping[str, str]) -> None:
