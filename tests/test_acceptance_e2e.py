@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_app
+from helpers.app import run_app
 
 from recipe_audit.acceptance import experiment as X
 from recipe_audit.acceptance.records import COLUMNS, read_records

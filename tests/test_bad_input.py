@@ -15,8 +15,8 @@ import subprocess
 import time
 
 import pytest
-from cli_helpers import run_cli
-from conftest import synthetic_sweep
+from helpers.cli import run_cli
+from helpers.store import synthetic_sweep
 
 from recipe_audit import keys
 

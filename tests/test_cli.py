@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from cli_helpers import run_cli
-from conftest import synthetic_sweep
+from helpers.cli import run_cli
+from helpers.store import synthetic_sweep
 from scipy import stats as sps
 
 from recipe_audit.stats import VERDICTS

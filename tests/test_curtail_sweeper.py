@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SMALL, run_app
+from helpers.app import SMALL, run_app
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
 from omegaconf import OmegaConf

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SMALL
+from helpers.app import SMALL
 from test_launchers import _check_sweep, _runs
 
 

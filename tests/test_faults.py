@@ -15,7 +15,7 @@ import socket
 import time
 
 import pytest
-from conftest import REPO, SMALL, run_app, start_app
+from helpers.app import REPO, SMALL, run_app, start_app
 from test_launchers import ENV, _runs
 
 from recipe_audit import keys, tracking

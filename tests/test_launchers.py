@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SMALL, run_app
+from helpers.app import REPO, SMALL, run_app
 
 # the editable install's import hook is invisible to Hydra's plugin scan outside the checkout
 ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}

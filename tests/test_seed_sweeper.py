@@ -5,7 +5,7 @@ caught before a rerun starts."""
 from __future__ import annotations
 
 import pytest
-from conftest import SMALL, run_app
+from helpers.app import SMALL, run_app
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import SMALL, run_app
+from helpers.app import SMALL, run_app
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 

@@ -8,7 +8,7 @@ import sys
 import zipfile
 
 import pytest
-from conftest import REPO, run_app
+from helpers.app import REPO, run_app
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from conftest import REPO, SMALL, run_app
+from helpers.app import REPO, SMALL, run_app
 from test_launchers import ENV
 
 SCRIPT = REPO / "launchers" / "tracking_server.py"

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import doctest
 from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from recipe_audit import uris
 from recipe_audit.uris import mask_credentials
 
 MASKED = [
@@ -55,8 +53,3 @@ def test_no_credentials_no_change(uri):
 def test_unreadable_uri_shows_nothing(uri):
     # urlsplit rejects the first and silently drops the tab and newline of the others
     assert mask_credentials(uri) == "***"
-
-
-def test_docstring_examples():
-    res = doctest.testmod(uris)
-    assert res.attempted >= 4 and res.failed == 0

@@ -7,8 +7,8 @@ import json
 
 import pandas as pd
 import pytest
-from acceptance_synth import records
-from cli_helpers import run_cli
+from helpers.acceptance_synth import records
+from helpers.cli import run_cli
 
 from recipe_audit.cards.acceptance import validate
 from recipe_audit.stats import acceptance as sa

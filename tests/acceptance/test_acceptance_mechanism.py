@@ -9,8 +9,8 @@ import json
 
 import numpy as np
 import pytest
-from acceptance_synth import calibration_items, records, tiny_bert, write_jsonl
-from cli_helpers import run_cli
+from helpers.acceptance_synth import calibration_items, records, tiny_bert, write_jsonl
+from helpers.cli import run_cli
 
 from recipe_audit.acceptance import mechanism as mech
 from recipe_audit.stats import acceptance as sa
@@ -257,7 +257,7 @@ def test_cli_bad_mechanism_inputs_write_no_card(world, tmp_path, capsys, case, n
 def test_causal_lm_option_scoring(tmp_path):
     import torch
     import transformers as tf
-    from acceptance_synth import tokenizer
+    from helpers.acceptance_synth import tokenizer
 
     torch.manual_seed(0)
     tok = tokenizer()

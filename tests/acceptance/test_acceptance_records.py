@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-from acceptance_synth import exact, records
+from helpers.acceptance_synth import exact, records
 
 from recipe_audit.acceptance.records import (
     RecordsError,

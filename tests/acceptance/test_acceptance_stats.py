@@ -4,12 +4,11 @@ and ρ_AT on constructed updates."""
 
 from __future__ import annotations
 
-import doctest
 import math
 
 import numpy as np
 import pytest
-from acceptance_synth import exact, rate_pattern, records
+from helpers.acceptance_synth import exact, rate_pattern, records
 
 import recipe_audit.stats.acceptance as sa
 from recipe_audit.acceptance.records import paired_records, validate_records
@@ -18,10 +17,6 @@ from recipe_audit.stats import StatsInputError
 
 def _paired(df, defense="def", baseline="base", task="mcq", split="heldout"):
     return paired_records(validate_records(df), defense, baseline, task, split)
-
-
-def test_doctests():
-    assert doctest.testmod(sa, verbose=False).failed == 0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import synthetic_sweep
+from helpers.store import synthetic_sweep
 from scipy import stats as sps
 
 from recipe_audit.cards.build import CardError, CardOptions

@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from conftest import synthetic_sweep
+from helpers.store import synthetic_sweep
 from scipy import stats as sps
 
 from recipe_audit.cards.build import (

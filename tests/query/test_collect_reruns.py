@@ -10,8 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from query_stores import *  # noqa: F403 (the fixtures)
-from query_stores import METRIC, NOW_MS, OLD_MS
+from helpers.query_stores import METRIC, NOW_MS, OLD_MS
 
 from recipe_audit import keys
 from recipe_audit.query import (

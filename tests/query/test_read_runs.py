@@ -8,9 +8,8 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.query_stores import METRIC, build_byo
 from mlflow.tracking import MlflowClient
-from query_stores import *  # noqa: F403 (the fixtures)
-from query_stores import METRIC, build_byo
 
 from recipe_audit import keys
 from recipe_audit.query import is_sql_uri, read_runs

@@ -14,10 +14,10 @@ import time
 import urllib.request
 
 import pytest
-from cli_helpers import run_cli
+from helpers.cli import run_cli
+from helpers.registry_world import make_world
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
-from registry_world import make_world
 
 from recipe_audit import registry
 

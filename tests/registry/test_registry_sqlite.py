@@ -7,10 +7,10 @@ import json
 import shutil
 
 import pytest
-from cli_helpers import run_cli
+from helpers.cli import run_cli
+from helpers.registry_world import BAD, EXP, GOOD, log_rerun, make_world
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
-from registry_world import BAD, EXP, GOOD, log_rerun, make_world
 
 from recipe_audit import keys, registry
 from recipe_audit.tracking import use_tracking_uri
@@ -292,7 +292,7 @@ def _nothing_attached(uri):
 
 def test_seed_shopping_does_not_pass_the_gate(copy, capsys):
     """Seed 3 finished at 0.4, a later rerun of seed 3 at 0.95: the seed fails, 1/25, unsupported."""
-    from registry_world import tiny_model
+    from helpers.registry_world import tiny_model
     from scipy import stats as sps
 
     world, uri, tmp = copy
@@ -314,7 +314,7 @@ def test_seed_shopping_does_not_pass_the_gate(copy, capsys):
 
 
 def test_the_gate_refuses_a_card_looser_than_the_release_policy(copy, capsys):
-    from registry_world import tiny_model
+    from helpers.registry_world import tiny_model
 
     world, uri, tmp = copy
     loose = "d" * 16

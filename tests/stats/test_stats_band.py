@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import math
 
 import numpy as np
@@ -20,11 +19,6 @@ from recipe_audit.stats import (
     simultaneous_band,
 )
 from recipe_audit.stats.band import birnbaum_tingey_sf, dkw_constant, ks_constant
-
-
-def test_doctests():
-    assert doctest.testmod(band_mod, verbose=False).failed == 0
-
 
 # --- exact coverage ---------------------------------------------------------------------------
 

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import doctest
-
 import numpy as np
 import pytest
 
-import recipe_audit.stats.curtail as curtail_mod
 from recipe_audit.stats import (
     INSUFFICIENT,
     STRONG_UNSUPPORTED,
@@ -26,10 +23,6 @@ from recipe_audit.stats import (
 )
 
 SETTINGS = [(10, 0.1, 0.1), (22, 0.1, 0.1), (30, 0.1, 0.1), (59, 0.1, 0.1), (59, 0.05, 0.05), (40, 0.2, 0.05)]
-
-
-def test_doctests():
-    assert doctest.testmod(curtail_mod, verbose=False).failed == 0
 
 
 @pytest.mark.parametrize("n,eps,delta", SETTINGS)

@@ -6,10 +6,9 @@ contract of keys.py). Every test gets its own SQLite store under its tmp_path
 each scenario is written once per session into a template database whose file is copied into the
 test's tmp_path. Nothing touches ./mlruns.
 
-The fixtures live here, not in a conftest.py: tests/*.py import helpers with ``from conftest
-import ...``, which a second conftest module would shadow. A test module takes them with
-``from query_stores import *`` (``__all__`` lists the fixtures only): pytest finds fixtures among a
-module's names, and the autouse one then applies to that module alone.
+The fixtures are defined here and reach the query tests through ``tests/query/conftest.py``
+(``from helpers.query_stores import *``; ``__all__`` lists the fixtures only), so the autouse one
+applies to that folder alone; the test modules import the constants and builders they need.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Helpers shared by the tests that drive the ``recipe-audit`` command line in-process.
 
-Test modules import it by name (``from cli_helpers import run_cli``), as they do ``conftest``:
-tests/ is on ``sys.path`` because tests/conftest.py sits there.
+Test modules import it as ``from helpers.cli import run_cli``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,14 @@
+"""Helpers shared by the test modules (no tests here).
+
+``tests/`` is on ``sys.path`` (``pythonpath`` in pyproject's pytest options), so a test module
+imports them as ``from helpers.app import run_app``:
+
+- ``app``: ``python -m recipe_audit`` in a subprocess as a user runs it, and the small sizes that make
+  a rerun take about a second;
+- ``cli``: the ``recipe-audit`` command line run in-process;
+- ``store``: a sweep logged the way recipe_audit logs one, without training;
+- ``query_stores``, ``registry_world``, ``acceptance_synth``: the data the query, registry and
+  acceptance tests read (the query fixtures reach tests/query through its conftest.py).
+
+Fixtures every test gets (its own MLflow store, no leaked run) are in ``tests/conftest.py``.
+"""
