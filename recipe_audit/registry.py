@@ -17,8 +17,12 @@ Where things live (a model version has no artifact store of its own):
   identity and summary, card location and digests); several cards (audit sets, τ) sit side by
   side and attaching the same (audit set, τ) again replaces that card; the version also gets
   ``recipe_audit.recipe_id`` (its source run's recipe identity);
-- the version's description: a table of every attached card, then the Markdown of the card
-  attached last (dropped, with a link, when it would not fit MLflow's 5,000-character column).
+- one summary tag per card, named by the stem alone (``recipe_audit.card.<audit set>.tau_<τ>``,
+  e.g. ``release-supported · 0/59 failed τ 0.7 · U 0.038 ≤ ε 0.1``), first among that card's tags;
+- the version's description: the verdict table of every attached card (plain Markdown, each row
+  with a link to its card run in the MLflow UI), a link to the card run of the card attached last,
+  then that card's Markdown (as many of its sections as fit MLflow's 5,000-character column);
+  text a person wrote above the table is kept.
 
 Everything is checked before anything is written (the model, version or run, the card's cell for
 the version's recipe, and the card itself: its digest over its content and files, and its cells
@@ -45,7 +49,10 @@ CARD_FIELDS = ("verdict", "upper_bound", "lower_bound", "n_reruns", "n_failures"
                "audit_set", "metric", "recipe_id", "recipe", "reason", "card_uri", "card_digest",
                "reruns_digest", "experiment", "source_run_in_card", "attached")
 TAG_ATTACHED_TO = keys.PREFIX + "attached_to"
+# descriptions written before the cards' section began with its table kept their section after this line
 DESCRIPTION_MARKER = "<!-- recipe_audit cards: written by recipe-audit attach; text above this line is kept -->"
+DESCRIPTION_COLUMNS = ("recipe card: audit set", "τ", "verdict", "failures/N", "U", "ε", "δ", "card")
+DESCRIPTION_HEADER = "| " + " | ".join(DESCRIPTION_COLUMNS) + " |"  # the section starts here
 MAX_DESCRIPTION = 5000  # MLflow's model_versions.description column
 MODEL_NAME = "model"  # the name RerunLogger.log_model logs the model under
 
@@ -255,25 +262,73 @@ def attached_cards(tags: dict[str, str]) -> dict[str, dict[str, str]]:
     return {s: f for s, f in out.items() if "verdict" in f and "audit_set" in f and "tau" in f}
 
 
-def _description(previous: str | None, cards: dict[str, dict[str, str]], latest_md: str, latest_uri: str) -> str:
-    from .cards.render import _md_table
+def summary_tag(f: dict[str, str]) -> str:
+    """One attached card in a line, the value of its summary tag (the tag named by the card's tag
+    stem alone, which sorts first among its tags): ``release-supported · 0/59 failed τ 0.7 · U
+    0.038 ≤ ε 0.1``."""
+    if not f.get("upper_bound"):
+        return f"{f['verdict']} · {f.get('reason', '')}"[:250]
+    u, eps = float(f["upper_bound"]), float(f["eps"])
+    return (f"{f['verdict']} · {f.get('n_failures') or 0}/{f['n_reruns']} failed τ {float(f['tau']):g} · "
+            f"U {u:.3f} {'≤' if u <= eps else '>'} ε {eps:g}")
 
-    kept = (previous or "").split(DESCRIPTION_MARKER)[0].rstrip()
+
+def card_run_link(card_uri: str, experiment_id: str | None) -> str:
+    """A link to a card run's page in the MLflow UI, relative to the UI's own address (so it works
+    on any host the UI is served from): its artifacts, opened on ``card.html``."""
+    run_id = card_uri.removeprefix("runs:/").split("/", 1)[0]
+    if not experiment_id:
+        return ""
+    return f"#/experiments/{experiment_id}/runs/{run_id}/artifacts/card.html"
+
+
+def _find_section(previous: str) -> int:
+    """Where the cards' section starts in a description written earlier (len when it has none)."""
+    for mark in (DESCRIPTION_HEADER, DESCRIPTION_MARKER):
+        i = previous.find(mark)
+        if i >= 0:
+            return i
+    return len(previous)
+
+
+def _description(previous: str | None, cards: dict[str, dict[str, str]], latest_md: str, latest_uri: str,
+                 links: dict[str, str] | None = None) -> str:
+    """The version's description: the text a person wrote above the cards' section, kept; then the
+    verdict table of every attached card (plain Markdown: it begins with the table's header,
+    which is also how a later attach finds the section), a link to the card run of the card
+    attached last, and that card's Markdown when it fits MLflow's 5,000 characters (else as many
+    of its sections as fit, and where the rest is)."""
+    links = links or {}
+    previous = previous or ""
+    kept = previous[:_find_section(previous)].rstrip()
     rows = []
     for f in sorted(cards.values(), key=lambda f: (f["audit_set"] != keys.DEFAULT_AUDIT, f["audit_set"],
                                                     float(f["tau"]))):
         u = "—" if not f.get("upper_bound") else f"{float(f['upper_bound']):.3f}"
         k = f.get("n_failures") or "—"
+        link = links.get(f["card_uri"])
+        run = f"[card run]({link})" if link else f"`{f['card_uri']}`"
         rows.append([f"`{f['audit_set']}`", f"{float(f['tau']):g}", f"**{f['verdict']}**", f"{k}/{f['n_reruns']}",
-                     u, f"{float(f['eps']):g}", f"`{f['card_uri']}`"])
-    table = _md_table(["audit set", "τ", "verdict", "failures/N", "U", "ε", "card"], rows)
-    head = "\n\n".join(p for p in [kept, DESCRIPTION_MARKER,
-                                   "## Recipe cards on this version\n\n" + table] if p)
+                     u, f"{float(f['eps']):g}", f"{float(f['delta']):g}", run])
+    lines = [DESCRIPTION_HEADER, "|" + "|".join("---" for _ in DESCRIPTION_COLUMNS) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    link = links.get(latest_uri)
+    where = f"[the card run in MLflow]({link}) (`{latest_uri}`)" if link else f"`{latest_uri}`"
+    head = "\n\n".join(p for p in [kept, "\n".join(lines),
+                                   f"The card attached last, with its plots: {where}."] if p)
     full = head + "\n\n" + latest_md
     if len(full) <= MAX_DESCRIPTION:
         return full
-    short = head + f"\n\nThe full card attached last: `{latest_uri}` (card.md beside it)."
-    return short[:MAX_DESCRIPTION]
+    note = "\n\n(The rest of this card: `card.html` and `card.md` in its card run.)"
+    sections = latest_md.split("\n## ")
+    out = head + "\n\n" + sections[0]
+    if len(out) + len(note) > MAX_DESCRIPTION:
+        return (head + note)[:MAX_DESCRIPTION]
+    for sec in sections[1:]:
+        if len(out) + len(sec) + 4 + len(note) > MAX_DESCRIPTION:
+            break
+        out += "\n## " + sec
+    return out + note
 
 
 def check_card(doc: dict[str, Any], cells: Sequence[dict[str, Any]], tracking_uri: str, card=None) -> None:
@@ -318,7 +373,7 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
     from mlflow.exceptions import MlflowException
 
     from .cards.render import to_markdown
-    from .cards.store import log_card_runs_with_digests
+    from .cards.store import log_cell_card_runs
 
     if (version is None) == (run_id is None):
         raise RegistryError("Name the model version with --version or register one with --run-id (one of them).")
@@ -375,13 +430,12 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
         sub = _sub_document(doc, cells)
         from .cards.render import cell_groups
 
-        logged = log_card_runs_with_digests(sub, tracking_uri, experiment)
-        card_runs = [rid for rid, _ in logged]
+        logged = log_cell_card_runs(sub, tracking_uri, experiment, attached_to=f"{model_name}/{mv.version}")
+        card_runs = [c.run_id for c in logged if not c.reused]  # a reused card run is not ours to undo
         run_of = dict(zip(cell_groups(sub).keys(), logged, strict=True))
         fields_by_stem: dict[str, dict[str, str]] = {}
         for key, entries in cell_groups(sub).items():
-            rid, cell_digest = run_of[key]
-            client.set_tag(rid, TAG_ATTACHED_TO, f"{model_name}/{mv.version}")
+            rid, cell_digest = run_of[key].run_id, run_of[key].digest
             for e in entries:
                 stem = keys.card_tag_stem(e["audit_set"] or e["metric"], e["tau"])
                 fields_by_stem[stem] = _card_fields(e, f"runs:/{rid}/card.json", cell_digest, source_run_id,
@@ -389,6 +443,7 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
         current = dict(mv.tags or {})
         old_description = mv.description
         new_tags = {f"{stem}.{name}": value for stem, f in fields_by_stem.items() for name, value in f.items()}
+        new_tags.update({stem: summary_tag(f) for stem, f in fields_by_stem.items()})  # first of its tags
         if run_recipe:
             new_tags[keys.TAG_RECIPE_ID] = run_recipe
         for k, v in new_tags.items():
@@ -396,7 +451,14 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
             client.set_model_version_tag(model_name, mv.version, k, v)
         all_cards = attached_cards({**current, **new_tags})
         latest_md = to_markdown(sub)
-        desc = _description(old_description, all_cards, latest_md, next(iter(fields_by_stem.values()))["card_uri"])
+        exp_ids = {experiment: exp.experiment_id}
+        for f in all_cards.values():  # cards attached earlier may come from another experiment
+            if f.get("experiment") and f["experiment"] not in exp_ids:
+                other = client.get_experiment_by_name(f["experiment"])
+                exp_ids[f["experiment"]] = other.experiment_id if other is not None else None
+        links = {f["card_uri"]: card_run_link(f["card_uri"], exp_ids.get(f.get("experiment"))) for f in all_cards.values()}
+        desc = _description(old_description, all_cards, latest_md, next(iter(fields_by_stem.values()))["card_uri"],
+                            links)
         client.update_model_version(model_name, mv.version, description=desc)
         if set_alias:
             client.set_registered_model_alias(model_name, set_alias, mv.version)

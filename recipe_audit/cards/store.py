@@ -8,17 +8,22 @@ import hashlib
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import keys
 from . import schemas
 from .build import CardError, seal
+from .html import to_html
 from .render import band_plot, cell_groups, histogram, responsiveness_plot, to_markdown
 
 SCHEMA_FILE = "recipe_card.v1.json"
 TAG_VERDICT = keys.PREFIX + "verdict"
 TAG_CARD_ID = keys.PREFIX + "card_id"
+TAG_CARD_KEY = keys.PREFIX + "card_key"  # on a card run: card_key(), what makes two card runs the same card
+TAG_CARD_DIGEST = keys.PREFIX + "card_digest"  # on a card run: the digest of its card.json
+TAG_ATTACHED_TO = keys.PREFIX + "attached_to"  # on a card run attached to a model version: <model>/<version>
 
 
 def schema() -> dict[str, Any]:
@@ -36,7 +41,8 @@ def _slug(text: str) -> str:
 
 
 def render_files(doc: dict[str, Any], out_dir: Path, stem: str = "card") -> dict[str, Path]:
-    """Write ``<stem>.json``, ``<stem>.md`` and per cell a histogram PNG and a band PNG into ``out_dir``.
+    """Write ``<stem>.json``, ``<stem>.md``, ``<stem>.html`` (the Markdown with its plots embedded)
+    and per cell a histogram PNG and a band PNG into ``out_dir``.
 
     The JSON written is ``doc`` sealed with the manifest of the other files (name -> sha256), so
     its digest covers every file of the card (``doc`` itself is not changed). Everything is
@@ -67,10 +73,14 @@ def render_files(doc: dict[str, Any], out_dir: Path, stem: str = "card") -> dict
             name = f"{stem}_responsiveness.png"
             responsiveness_plot(card["responsiveness"]).savefig(tmp_dir / name)
             files["responsiveness"] = out_dir / name
-        (tmp_dir / f"{stem}.md").write_text(to_markdown(card, images, band_images), encoding="utf-8")
+        markdown = to_markdown(card, images, band_images)
+        (tmp_dir / f"{stem}.md").write_text(markdown, encoding="utf-8")
+        # the same card with its plots embedded: MLflow's artifact viewer shows it whole
+        (tmp_dir / f"{stem}.html").write_text(to_html(markdown, tmp_dir), encoding="utf-8")
         seal(card, {p.name: file_sha256(p) for p in sorted(tmp_dir.iterdir())})
         (tmp_dir / f"{stem}.json").write_text(json.dumps(card, indent=2, allow_nan=False), encoding="utf-8")
         files["json"], files["markdown"] = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+        files["html"] = out_dir / f"{stem}.html"
         for p in tmp_dir.iterdir():
             os.replace(p, out_dir / p.name)
     return files
@@ -96,10 +106,12 @@ def write_json(doc: dict[str, Any], path: Path) -> None:
 
 def log_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str) -> list[str]:
     """One MLflow run per cell of the card (kind ``card``), in the reruns' experiment, nested
-    under the sweep they came from, with the cell's card as JSON, Markdown and PNG artifacts and
-    the verdict, U, N and k as tags and metrics (so the runs table shows verdicts). All runs of
-    one computation share the tag ``recipe_audit.card_id``. Returns the run ids."""
-    return [rid for rid, _ in log_card_runs_with_digests(doc, tracking_uri, experiment)]
+    under the sweep they came from, with the cell's card as JSON, Markdown, HTML and PNG
+    artifacts, the card's Markdown as the run's description, and the verdict, U, N and k as
+    tags and metrics (so the runs table shows verdicts). A cell whose card (same reruns, same
+    options) is already logged as a card run reuses that run. All runs of one computation share
+    the tag ``recipe_audit.card_id``. Returns the run ids."""
+    return [c.run_id for c in log_cell_card_runs(doc, tracking_uri, experiment)]
 
 
 def cell_documents(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -112,8 +124,96 @@ def cell_documents(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass(frozen=True)
+class LoggedCard:
+    """One cell's card run: its id, the digest of the ``card.json`` in it, and whether an
+    existing run with the same card was reused (nothing was written then)."""
+
+    run_id: str
+    digest: str
+    reused: bool = False
+
+
+def card_key(cell_doc: dict[str, Any]) -> str:
+    """What makes two card runs the same card: the card format, the options, and per entry its
+    cell, τ and the digest of its reruns (16 hex digits). Two computations over the same reruns
+    with the same options give the same key, whenever and however they were asked."""
+    from .build import _canonical
+
+    ident = {"schema": cell_doc.get("schema_version"), "software": (cell_doc.get("software") or {}).get("recipe_audit"),
+             "options": cell_doc["options"],
+             "cells": [[e["recipe_id"], sorted(e["group"].items()), e["audit_set"], e["metric"], float(e["tau"]),
+                        e["digest"]] for e in cell_doc["cells"]]}
+    return hashlib.sha256(_canonical(ident)).hexdigest()[:16]
+
+
+def card_run_name(cell_doc: dict[str, Any], key: str, attached_to: str | None = None) -> str:
+    """``card · <recipe> · <audit set> · τ 0.7, 0.8 · <key[:8]>`` (and ``· attached to
+    <model>/<version>``): unique per card, readable in the runs table."""
+    e0 = cell_doc["cells"][0]
+    taus = ", ".join(f"{e['tau']:g}" for e in cell_doc["cells"])
+    name = f"card · {e0['label']} · {e0['audit_set'] or e0['metric']} · τ {taus} · {key[:8]}"
+    return name + (f" · attached to {attached_to}" if attached_to else "")
+
+
+MAX_RUN_DESCRIPTION = 8000  # MLflow keeps at most this many characters of a run tag
+
+
+def card_description(markdown: str, html_name: str = "card.html") -> str:
+    """A card run's description (``mlflow.note.content``): the card's Markdown without its image
+    lines (the run page cannot show them; ``card.html`` in the run's artifacts has them), cut at
+    a section boundary when it would not fit a run tag."""
+    head = (f"The card with its plots: `{html_name}` in this run's artifacts; `card.json` is the "
+            "document its digest covers.\n\n")
+    body = "\n".join(ln for ln in markdown.splitlines() if not ln.startswith("!["))
+    text = head + body
+    if len(text) <= MAX_RUN_DESCRIPTION:
+        return text
+    note = f"\n\n(The rest of the card is in `{html_name}` and `card.md`.)"
+    sections = text.split("\n## ")
+    out = sections[0]
+    for sec in sections[1:]:
+        if len(out) + len(sec) + 4 + len(note) > MAX_RUN_DESCRIPTION:
+            break
+        out += "\n## " + sec
+    return (out + note)[:MAX_RUN_DESCRIPTION]
+
+
+def _reusable(client, tracking_uri: str, experiment_id: str, key: str,
+              attached_to: str | None) -> LoggedCard | None:
+    """A finished card run of ``key`` (attached to ``attached_to``, or to nothing) whose card
+    still matches its own digest and files, or None."""
+    from .verify import read_card, self_check
+
+    flt = (f"tags.`{TAG_CARD_KEY}` = '{key}' and attributes.status = 'FINISHED' and "
+           f"tags.`{keys.TAG_KIND}` = '{keys.KIND_CARD}'")
+    try:
+        runs = client.search_runs([experiment_id], flt, max_results=20, order_by=["attributes.start_time DESC"])
+    except Exception:  # noqa: BLE001 - a store that cannot search: log a new run
+        return None
+    for run in runs:
+        if run.data.tags.get(TAG_ATTACHED_TO) != attached_to or TAG_CARD_DIGEST not in run.data.tags:
+            continue
+        try:
+            card = read_card(f"runs:/{run.info.run_id}/card.json", tracking_uri)
+        except CardError:
+            continue
+        if card.doc["digest"] == run.data.tags[TAG_CARD_DIGEST] and not self_check(card.doc, card):
+            return LoggedCard(run.info.run_id, card.doc["digest"], reused=True)
+    return None
+
+
 def log_card_runs_with_digests(doc: dict[str, Any], tracking_uri: str, experiment: str) -> list[tuple[str, str]]:
     """:func:`log_card_runs`, returning (run id, digest of the ``card.json`` logged in it) per cell."""
+    return [(c.run_id, c.digest) for c in log_cell_card_runs(doc, tracking_uri, experiment)]
+
+
+def log_cell_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str, *, reuse: bool = True,
+                       attached_to: str | None = None) -> list[LoggedCard]:
+    """:func:`log_card_runs`, one :class:`LoggedCard` per cell. With ``reuse``, a cell whose card
+    (:func:`card_key`) is already logged, in a finished card run attached to the same
+    ``attached_to`` (``<model>/<version>``, or nothing), reuses that run; ``attached_to`` also
+    tags new runs (``recipe_audit.attached_to``) and names them."""
     from mlflow.entities import Metric, RunTag
     from mlflow.tracking import MlflowClient
 
@@ -128,9 +228,17 @@ def log_card_runs_with_digests(doc: dict[str, Any], tracking_uri: str, experimen
     for cell_doc in cell_documents(doc):
         entries = cell_doc["cells"]
         e0 = entries[0]
-        tags = {keys.TAG_KIND: keys.KIND_CARD, TAG_CARD_ID: card_id, TAG_VERDICT: e0["verdict"],
+        key = card_key(cell_doc)
+        if reuse:
+            found = _reusable(client, tracking_uri, exp.experiment_id, key, attached_to)
+            if found is not None:
+                out.append(found)
+                continue
+        tags = {keys.TAG_KIND: keys.KIND_CARD, TAG_CARD_ID: card_id, TAG_CARD_KEY: key, TAG_VERDICT: e0["verdict"],
                 keys.PREFIX + "audit_set": str(e0["audit_set"] or e0["metric"]), keys.PREFIX + "metric": e0["metric"],
                 keys.PREFIX + "tau": f"{e0['tau']:g}"}
+        if attached_to:
+            tags[TAG_ATTACHED_TO] = attached_to
         if e0["recipe_id"]:
             tags[keys.TAG_RECIPE_ID] = e0["recipe_id"]
         if len(e0["sweep_run_ids"]) == 1:
@@ -138,8 +246,7 @@ def log_card_runs_with_digests(doc: dict[str, Any], tracking_uri: str, experimen
             tags[keys.TAG_SWEEP_RUN_ID] = e0["sweep_run_ids"][0]
         for k, v in e0["group"].items():
             tags[keys.PREFIX + "group." + k] = str(v)
-        run = client.create_run(exp.experiment_id, run_name=f"card-{_slug(e0['label'])}-{e0['audit_set']}",
-                                tags=tags)
+        run = client.create_run(exp.experiment_id, run_name=card_run_name(cell_doc, key, attached_to), tags=tags)
         rid = run.info.run_id
         try:
             now = int(time.time() * 1000)
@@ -150,14 +257,16 @@ def log_card_runs_with_digests(doc: dict[str, Any], tracking_uri: str, experimen
                 for name in ("upper_bound", "lower_bound", "n_reruns", "n_failures"):
                     if e[name] is not None:
                         metrics.append(Metric(name + sfx, float(e[name]), now, 0))
-            client.log_batch(rid, metrics=metrics, tags=more_tags)
             with tempfile.TemporaryDirectory() as tmp:
                 files = render_files(cell_doc, Path(tmp))
                 digest = json.loads(files["json"].read_text(encoding="utf-8"))["digest"]
+                description = card_description(files["markdown"].read_text(encoding="utf-8"), files["html"].name)
+                more_tags += [RunTag("mlflow.note.content", description), RunTag(TAG_CARD_DIGEST, digest)]
+                client.log_batch(rid, metrics=metrics, tags=more_tags)
                 client.log_artifacts(rid, tmp)
             client.set_terminated(rid, "FINISHED")
         except Exception:
             client.set_terminated(rid, "FAILED")
             raise
-        out.append((rid, digest))
+        out.append(LoggedCard(rid, digest))
     return out

@@ -86,7 +86,14 @@ def test_attach_registers_the_logged_model_and_tags_every_card(copy, capsys):
     for name in ("upper_bound", "tau", "eps", "delta", "audit_set", "card_uri", "card_digest"):
         assert mv.tags[f"{stem}.{name}"]
     assert mv.tags[keys.TAG_RECIPE_ID] == GOOD
-    assert "## Recipe cards on this version" in mv.description and "shift_x" in mv.description
+    # the page reads top-down: the verdict table first (plain Markdown), a link to each card run in
+    # the UI, then the card; one summary tag per card, the first of its tags
+    assert mv.description.startswith(registry.DESCRIPTION_HEADER + "\n|---") and "shift_x" in mv.description
+    assert "<!--" not in mv.description and "](#/experiments/" in mv.description
+    assert mv.description.index("](#/experiments/") < mv.description.index("# Recipe card")
+    assert mv.tags[stem] == "strong-unsupported · 8/22 failed τ 0.7 · U " + \
+        f"{float(mv.tags[stem + '.upper_bound']):.3f} > ε 0.1"
+    assert sorted(k for k in mv.tags if k.startswith(stem))[0] == stem
     assert len(mv.description) <= registry.MAX_DESCRIPTION
     # the card JSON sits in a card run beside the reruns, and reads back as a valid card
     card_run = mv.tags[stem + ".card_uri"].split("/")[1]
@@ -159,7 +166,12 @@ def test_several_cards_from_several_attaches(copy, capsys):
     assert run_cli([*base, "--audit", "calibration", "--tau", "0.7"], capsys)[0] == 0
     mv = client.get_model_version("clf", "1")
     assert len(registry.attached_cards(mv.tags)) == 3
-    assert mv.description.count(registry.DESCRIPTION_MARKER) == 1
+    assert mv.description.count(registry.DESCRIPTION_HEADER) == 1
+    # text a person wrote above the table stays; the cards' section is rewritten below it
+    client.update_model_version("clf", "1", description="Owner: team A.\n\n" + mv.description)
+    assert run_cli([*base, "--audit", "shift_x"], capsys)[0] == 0
+    desc = client.get_model_version("clf", "1").description
+    assert desc.startswith("Owner: team A.\n\n" + registry.DESCRIPTION_HEADER) and desc.count("Owner") == 1
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -421,7 +433,9 @@ def test_editing_a_card_in_the_artifact_store_fails_gate_and_verify(copy, capsys
     assert "hand-edited: card.md changed after the card was written" in err
     png = next(p for p in where.iterdir() if p.suffix == ".png")
     assert png.name in edit(lambda: png.write_bytes(png.read_bytes()[:-8]))
-    assert "card.html was added beside the card" in edit(lambda: (where / "card.html").write_text("<p>ok</p>"))
+    html = where / "card.html"  # the card with its plots embedded, covered by the digest like the rest
+    assert "card.html changed after the card was written" in edit(lambda: html.write_text("<p>approved</p>"))
+    assert "notes.html was added beside the card" in edit(lambda: (where / "notes.html").write_text("<p>ok</p>"))
 
     def summary():
         d = json.loads((where / "card.json").read_text())
