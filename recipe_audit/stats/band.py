@@ -462,6 +462,8 @@ def band_bounds(metrics, taus, *, eps: float = 0.10, delta: float = 0.10, higher
         Reruns with no metric counted as failures at every bar (e.g. the unlaunched remainder of a
         curtailed sweep, for a worst-case completion); ``n = len(metrics) + n_extra_failures``.
 
+    Examples
+    --------
     >>> bb = band_bounds([0.9] * 50, [0.7, 0.95])
     >>> bb.k, bb.certified, bb.certified_tau_limit, bb.sample_floor
     ((0, 50), (True, False), 0.9, 46)
