@@ -44,6 +44,8 @@ class CardOptions:
     bootstrap_B: int = DEFAULT_BOOTSTRAP_B
     bootstrap_seed: int = DEFAULT_BOOTSTRAP_SEED
     band_method: str = "auto"  # the simultaneous band: auto | exact-cp | exact-ks | dkw
+    family_size: int | None = None  # M stated by the user (default: the recipe identities counted)
+    anytime: bool = False  # read every cell as an open-ended sweep (the confidence sequence)
 
     def __post_init__(self) -> None:
         if not self.taus:
@@ -61,6 +63,9 @@ class CardOptions:
         if self.band_method not in ("auto", *stats.BAND_METHODS):
             raise CardError(f"band_method must be one of auto, {', '.join(stats.BAND_METHODS)}, "
                             f"not {self.band_method!r}.")
+        if self.family_size is not None and (isinstance(self.family_size, bool) or
+                                             not isinstance(self.family_size, int) or self.family_size < 1):
+            raise CardError(f"The family size M must be a whole number of recipes, at least 1, not {self.family_size!r}.")
 
 
 @dataclass(frozen=True)
@@ -274,6 +279,11 @@ def build_document(cells: Sequence[Cell], opts: CardOptions, source: dict[str, A
             raise CardError(f"The card refuses: {len(pending)} rerun(s) are unfinished: {shown}"
                             f"{' ...' if len(pending) > 6 else ''}.")
     entries = [card_entry(c, t, opts) for c in cells for t in opts.taus]
+    from .anytime import apply_anytime
+    from .family import apply_family
+
+    apply_anytime(entries, cells, opts)  # an open-ended sweep's cells: the confidence sequence
+    apply_family(entries, opts.eps, opts.delta, source.get("family_recipe_ids") or (), opts.family_size)
     doc = {
         "schema_version": SCHEMA_VERSION,
         "kind": CARD_KIND,
@@ -283,7 +293,9 @@ def build_document(cells: Sequence[Cell], opts: CardOptions, source: dict[str, A
         "options": {"taus": [float(t) for t in opts.taus], "eps": opts.eps, "delta": opts.delta,
                     "higher_is_better": opts.higher_is_better, "unfinished": opts.unfinished,
                     "bootstrap_B": opts.bootstrap_B, "bootstrap_seed": opts.bootstrap_seed,
-                    "band_method": opts.band_method},
+                    "band_method": opts.band_method,
+                    **({"family_size": opts.family_size} if opts.family_size is not None else {}),
+                    **({"anytime": True} if opts.anytime else {})},
         "cells": entries,
     }
     return seal(doc)

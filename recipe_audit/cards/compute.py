@@ -64,6 +64,7 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
             read_runs(req.tracking_uri, req.experiment, [metric], seed_key=req.seed_key)  # says why
     except QueryError as exc:
         raise CardError(str(exc)) from None
+    everything = frame
     if req.recipe_id is not None:
         frame = frame[frame["recipe_id"] == req.recipe_id]
         if frame.empty:
@@ -72,6 +73,9 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
         frame = frame[frame["tags." + keys.TAG_SWEEP_ID] == req.sweep_id]
         if frame.empty:
             raise CardError(f"No rerun of sweep '{req.sweep_id}' in experiment '{req.experiment}'.")
+    # the family: every recipe identity looked at (in the sweep, else the experiment), finished or not
+    scope = everything if req.sweep_id is None else everything[everything["tags." + keys.TAG_SWEEP_ID] == req.sweep_id]
+    family_ids = sorted({x for x in scope["recipe_id"].tolist() if isinstance(x, str) and x})
     try:
         sets = collect_reruns(frame, metric, higher_is_better=opts.higher_is_better,
                               planned_seeds=req.planned_seeds, stale_after_s=req.stale_after_s,
@@ -92,6 +96,7 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
         "seed_key": req.seed_key, "group_by": list(req.group_by), "recipe_id": req.recipe_id,
         "sweep_id": req.sweep_id, "read_path": frame.attrs.get("path"),
         "planned_seeds": None if req.planned_seeds is None else list(req.planned_seeds),
+        "family_recipe_ids": family_ids,
     }
     from .curtail import apply_curtailment
 

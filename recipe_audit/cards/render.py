@@ -93,6 +93,10 @@ def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None,
         "release-supported only when U ≤ ε and N ≥ N_min.",
         "",
     ]
+    from .anytime import markdown_lines as anytime_lines
+    from .family import lead_lines as family_lines
+
+    lines += anytime_lines(doc) + family_lines(doc, markdown=True)  # the readings that lead, when they apply
     groups = cell_groups(doc)
     if len(doc["cells"]) > 1:
         lines += ["## Verdicts", "", _md_table(GRID_HEADER, verdict_table(doc)), ""]

@@ -46,6 +46,15 @@ def print_summary(doc: dict[str, Any], files: dict[str, Path] | None = None, str
     stream = stream or sys.stdout
     print("\nRecipe cards (" + doc["source"]["metric"] + f", ε = {doc['options']['eps']}, "
           f"δ = {doc['options']['delta']}):", file=stream)
+    from .anytime import markdown_lines as anytime_lines
+    from .family import lead_lines
+
+    for line in anytime_lines(doc)[:1]:  # an open-ended sweep: say so before any number
+        print(line.replace("**", ""), file=stream)
+    for line in lead_lines(doc):  # several recipe identities: the family-wise verdicts first, and why
+        print(line, file=stream)
+    if lead_lines(doc):
+        print("Pointwise verdicts (each valid only for a recipe fixed before the sweep):", file=stream)
     print(text_table(verdict_table(doc), GRID_HEADER), file=stream)
     for entries in cell_groups(doc).values():  # every rule, as on the card (refused cells have none)
         if entries[0].get("rule_statistics") and entries[0]["verdict"] != "refused-shift":
@@ -80,6 +89,9 @@ def summary_markdown(docs: list[dict[str, Any]]) -> str:
     lines = []
     for doc in docs:
         o = doc["options"]
+        from .family import lead_lines
+
+        lines += [line for line in lead_lines(doc, markdown=True) if not line.startswith("## ")]
         lines += [f"**recipe_audit card** on `{doc['source']['metric']}` (ε = {o['eps']:g}, δ = {o['delta']:g})", "",
                   "| recipe | τ | failures / N | U | verdict |", "|---|---|---|---|---|"]
         for e in doc["cells"]:

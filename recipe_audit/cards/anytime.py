@@ -1,0 +1,104 @@
+"""Anytime cards: the cells of an open-ended sweep, read with the confidence sequence.
+
+A sweep that added seeds until the card looked good (``hydra/sweeper=curtail
+hydra.sweeper.stop_on=anytime``), or any cell asked with ``recipe-audit card --anytime``, is read
+with the confidence sequence of :mod:`recipe_audit.stats.anytime`: bounds ``U_n`` and ``L_n``
+valid at every number of reruns at once, so reading the card after every batch does not break its
+promise. Such an entry is marked ``"reading": "anytime"``; its ``upper_bound``, ``lower_bound``,
+``sample_floor`` (the anytime floor) and ``verdict`` are the sequence's, and an ``anytime`` object
+carries the looks the sweep took, the stopping rule, the method, and the fixed-N reading of the
+same counts for comparison (valid only for an N fixed before the sweep). A fixed-N card has no
+``reading`` field (or ``"fixed-n"``).
+
+A card never mixes the two readings: a cell of an open-ended sweep beside cells read at a fixed N,
+or a curtailed sweep (which planned its N) read as open-ended, refuse with one sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import stats
+from ..stats.anytime import ANYTIME_METHOD, ANYTIME_RULE, anytime_bound
+from .build import CardError
+
+if TYPE_CHECKING:
+    from .build import Cell
+
+ANYTIME = "anytime"
+
+
+def _reason(ab, extra: str) -> str:
+    v = ab.verdict
+    if v == stats.SUPPORTED:
+        core = (f"{ab.k} of {ab.n} reruns failed; the confidence sequence (valid however often the card was "
+                f"read) bounds the next rerun's failure probability by U_n = {ab.upper:.3f} ≤ ε = {ab.eps:g}.")
+    elif v == stats.STRONG_UNSUPPORTED:
+        core = (f"{ab.k} of {ab.n} reruns failed; even the confidence sequence's lower bound L_n = {ab.lower:.3f} "
+                f"exceeds ε = {ab.eps:g}: the recipe fails too often.")
+    elif v == stats.INSUFFICIENT:
+        core = (f"{ab.n} reruns are fewer than the anytime floor {ab.sample_floor} for ε = {ab.eps:g}, "
+                f"δ = {ab.delta:g}: an open-ended sweep certifies nothing before it.")
+    else:
+        core = (f"{ab.k} of {ab.n} reruns failed; the confidence sequence's U_n = {ab.upper:.3f} exceeds "
+                f"ε = {ab.eps:g}.")
+    return core + extra
+
+
+def apply_anytime(entries: list[dict[str, Any]], cells: Sequence[Cell], opts) -> None:
+    """Read the entries of open-ended sweeps (and every entry with ``opts.anytime``) with the
+    confidence sequence, in place. ``entries`` are in ``cells`` × ``opts.taus`` order."""
+    per_cell = len(opts.taus)
+    marked = [bool(c.extra.get(ANYTIME)) for c in cells]
+    if not opts.anytime and not any(marked):
+        return
+    for c in cells:
+        if c.extra.get("curtailment"):
+            raise CardError(f"The reruns of {c.label} come from a curtailing sweep that planned N = "
+                            f"{c.extra['curtailment']['n_planned']}: a card cannot mix that fixed-N reading with "
+                            "an anytime one (drop --anytime, or card the sweeps apart with --sweep-id).")
+    if not opts.anytime and not all(marked):
+        plain = next(c for c, m in zip(cells, marked, strict=True) if not m)
+        raise CardError(f"This card would mix an open-ended (anytime) sweep with reruns read at a fixed N "
+                        f"({plain.label}); pass --anytime to read every cell as open-ended, or card the sweeps "
+                        "apart with --sweep-id.")
+    for i, c in enumerate(cells):
+        info = c.extra.get(ANYTIME) or {}
+        for e in entries[i * per_cell:(i + 1) * per_cell]:
+            if e["n_failures"] is None:  # refused-shift stays refused
+                e["reading"] = ANYTIME
+                continue
+            ab = anytime_bound(e["n_failures"], e["n_reruns"], opts.eps, opts.delta)
+            looks = list(info.get("looks") or [{"n": ab.n, "k": ab.k, "upper": ab.upper, "lower": ab.lower,
+                                                 "verdict": ab.verdict}])
+            obj = {
+                "method": ANYTIME_METHOD, "rule": ANYTIME_RULE, "upper_bound": ab.upper,
+                "lower_bound": ab.lower, "sample_floor": ab.sample_floor, "verdict": ab.verdict,
+                "n_looks": len(looks), "looks": looks, "batch_size": info.get("batch_size"),
+                "max_reruns": info.get("max_reruns"), "stop_reason": info.get("stop_reason"),
+                "sweep_run_id": info.get("sweep_run_id"), "sweep_taus": info.get("sweep_taus"),
+                "fixed_n": {"upper_bound": e["upper_bound"], "lower_bound": e["lower_bound"],
+                            "sample_floor": e["sample_floor"], "verdict": e["verdict"]},
+            }
+            swept = (f" The sweep looked {len(looks)} time(s), in batches of {info.get('batch_size')}, up to "
+                     f"{info.get('max_reruns')} reruns" + (f", and stopped: {info['stop_reason']}." if
+                                                            info.get("stop_reason") else ".")) if info else ""
+            e.update({
+                "reading": ANYTIME, "anytime": obj, "upper_bound": ab.upper, "lower_bound": ab.lower,
+                "sample_floor": ab.sample_floor, "verdict": ab.verdict, "more_clean_reruns_needed": None,
+                "reason": _reason(ab, swept),
+                "rules": {**e["rules"], "card": ab.verdict == stats.SUPPORTED},
+            })
+
+
+def markdown_lines(doc: dict[str, Any]) -> list[str]:
+    """The notice an anytime card opens with ([] for a fixed-N card)."""
+    if not any(e.get("reading") == ANYTIME for e in doc["cells"]):
+        return []
+    e0 = next(e for e in doc["cells"] if e.get("reading") == ANYTIME)
+    floor = e0.get("anytime", {}).get("sample_floor", e0["sample_floor"])
+    return ["**Anytime card (open-ended sweep).** The reruns were added until the card looked good, so "
+            "the bounds here are a confidence sequence: U_n and L_n hold at every number of reruns at once, "
+            "however often the card was read. They are wider than a fixed-N card's, and the floor is the "
+            f"anytime floor ({floor} reruns at these ε and δ). Rule: {ANYTIME_RULE}.", ""]

@@ -1,0 +1,156 @@
+"""Family-wise readings on a card that covers several recipe identities.
+
+When a card covers more than one recipe identity for the same audit set and τ (a grid sweep,
+``recipe-audit card`` over an experiment, ``--group-by``), shipping the recipe whose card looks
+best is a choice among them, and the pointwise verdict of the chosen one no longer keeps its
+promise. Every entry of such a card gets a ``family`` object: the family (every identity looked
+at, finished or not: the cells of the card on that audit set and τ, plus the identities of the
+experiment that have no cell there), its size M, the bounds at δ/M, the family-wise floor and the
+family-wise verdict (Holm's step-down, :mod:`recipe_audit.stats.family`) beside the pointwise one.
+
+For a curtailed cell the family-wise reading is taken like its pointwise one, at the planned N
+with the unlaunched reruns counted as failing for the upper bound. For a cell read as an
+open-ended sweep (``"reading": "anytime"``) it is the confidence sequence at δ/M (Bonferroni).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from ..stats import exact
+from ..stats.anytime import anytime_bound
+from ..stats.family import BONFERRONI, HOLM, family_bounds
+from .build import CardError
+
+
+class FamilyError(CardError):
+    """A family that cannot be read (one sentence)."""
+
+
+def _identity(e: dict[str, Any]) -> str:
+    """A recipe identity on the card: its recipe id, with the group values when there are any."""
+    group = ",".join(f"{k}={v}" for k, v in sorted((e.get("group") or {}).items()))
+    rid = e.get("recipe_id") or ""
+    return f"{rid}|{group}" if group else (rid or e.get("label") or "")
+
+
+def _counts(e: dict[str, Any]) -> tuple[int, int, int] | None:
+    """(k for the upper side, k for the lower side, N) of an entry; None for a refused cell."""
+    if e.get("n_failures") is None:
+        return None
+    cur = e.get("curtailment") or {}
+    if cur.get("n_planned"):  # the verdict at the planned N, the unlaunched counted as failing for U
+        return int(e["n_failures"]) + int(cur.get("remaining", 0)), int(e["n_failures"]), int(cur["n_planned"])
+    return int(e["n_failures"]), int(e["n_failures"]), int(e["n_reruns"])
+
+
+def family_why(size: int, delta: float) -> str:
+    """The one sentence that says why the family-wise verdict leads."""
+    return (f"This card covers {size} recipe identities: shipping whichever looks best is a choice among "
+            f"them, so the verdict that holds for the chosen one bounds each at δ/M = {delta / size:.3g} "
+            f"(Holm's step-down); the pointwise verdict holds only for a recipe fixed before the sweep.")
+
+
+def apply_family(entries: list[dict[str, Any]], eps: float, delta: float,
+                 other_identities: Sequence[str] = (), family_size: int | None = None) -> int:
+    """Add the ``family`` object to every entry whose (audit set, τ) covers more than one recipe
+    identity (in place); returns the largest M. ``other_identities``: recipe identities looked at
+    that have no cell on the card (they count in M); ``family_size``: an M the user states (at
+    least the identities counted)."""
+    groups: OrderedDict[tuple, list[dict[str, Any]]] = OrderedDict()
+    for e in entries:
+        groups.setdefault((e["audit_set"] or e["metric"], float(e["tau"])), []).append(e)
+    largest = 1
+    for (audit, tau), group in groups.items():
+        members = list(dict.fromkeys(_identity(e) for e in group))
+        ids_here = {e.get("recipe_id") for e in group}
+        extra = [x for x in dict.fromkeys(other_identities) if x not in ids_here]
+        m = len(members) + len(extra)
+        if family_size is not None:
+            if family_size < m:
+                raise FamilyError(f"The family size M = {family_size} is smaller than the {m} recipe identities "
+                                  f"the card covers on '{audit}' at τ = {tau:g}.")
+            m = family_size
+        if m <= 1:
+            continue
+        largest = max(largest, m)
+        counted = [(e, _counts(e)) for e in group]
+        tested = [(e, c) for e, c in counted if c is not None]
+        card = family_bounds([(c[0], c[2]) for _, c in tested], eps, delta, family_size=m, method=HOLM) \
+            if tested else None
+        labels = [e["label"] for e in group] + [f"recipe {x[:8]}" for x in extra]
+        by_entry = {id(e): mem for (e, _), mem in zip(tested, card.members if card else (), strict=True)}
+        fd = delta / m
+        floor = exact._floor(eps, fd)
+        for e, c in counted:
+            mem = by_entry.get(id(e))
+            obj: dict[str, Any] = {
+                "size": m, "method": HOLM, "delta": fd, "members": labels,
+                "recipe_ids": [x.get("recipe_id") for x in group] + list(extra),
+                "untested": m - len(tested), "sample_floor": floor,
+                "pointwise_verdict": e["verdict"], "why": family_why(m, delta),
+            }
+            if mem is None:  # a refused cell stays refused
+                obj.update({"upper_bound": None, "lower_bound": None, "level": None, "p_value": None,
+                            "rank": None, "verdict": e["verdict"], "more_clean_reruns_needed": None})
+            else:
+                verdict = mem.verdict
+                lower = mem.lower
+                if c[1] != c[0]:  # curtailed: L from the failures seen, at the planned N
+                    lower = exact.lower_bound(c[1], c[2], fd)
+                    if verdict == exact.STRONG_UNSUPPORTED and not lower > eps:
+                        verdict = exact.UNSUPPORTED if c[2] >= floor else exact.INSUFFICIENT
+                    elif lower > eps:
+                        verdict = exact.STRONG_UNSUPPORTED
+                obj.update({"upper_bound": mem.upper, "lower_bound": lower, "level": mem.level,
+                            "p_value": mem.p_value, "rank": mem.rank, "verdict": verdict,
+                            "more_clean_reruns_needed": mem.more_clean_reruns_needed})
+            if mem is not None and e.get("reading") == "anytime":  # an open-ended sweep: the sequence at δ/M
+                ab = anytime_bound(c[1], c[2], eps, fd)
+                obj.update({"method": BONFERRONI, "level": fd, "p_value": None, "rank": None,
+                            "upper_bound": ab.upper, "lower_bound": ab.lower, "sample_floor": ab.sample_floor,
+                            "verdict": ab.verdict, "more_clean_reruns_needed": None})
+            e["family"] = obj
+    return largest
+
+
+def lead_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """Rows (cell, audit, τ, failures/N, family-wise U, family-wise verdict, pointwise verdict)
+    of the entries that carry a family."""
+    rows = []
+    for e in doc["cells"]:
+        f = e.get("family")
+        if not f:
+            continue
+        k = "—" if e["n_failures"] is None else str(e["n_failures"])
+        u = "—" if f["upper_bound"] is None or not math.isfinite(f["upper_bound"]) else f"{f['upper_bound']:.3f}"
+        rows.append([e["label"], e["audit_set"] or e["metric"], f"{e['tau']:g}", f"{k}/{e['n_reruns']}", u,
+                     f["verdict"], f["pointwise_verdict"]])
+    return rows
+
+
+LEAD_HEADER = ["cell", "audit", "τ", "failures/N", "U at δ/M", "family-wise verdict", "pointwise verdict"]
+
+
+def lead_lines(doc: dict[str, Any], markdown: bool = False) -> list[str]:
+    """The family-wise verdicts first, with the sentence that says why; [] for a card of one recipe."""
+    fams = [e["family"] for e in doc["cells"] if e.get("family")]
+    if not fams:
+        return []
+    m = max(f["size"] for f in fams)
+    delta = doc["options"]["delta"]
+    floor = max(f["sample_floor"] for f in fams)
+    head = (f"Family-wise verdicts (M = {m} recipe identities, each at δ/M = {delta / m:.3g}, "
+            f"family-wise floor {floor} reruns):")
+    from .render import text_table
+
+    rows = lead_rows(doc)
+    if markdown:
+        table = ["| " + " | ".join(LEAD_HEADER) + " |", "|" + "---|" * len(LEAD_HEADER)]
+        table += ["| " + " | ".join(f"**{c}**" if i == 5 else c.replace("|", "/") for i, c in enumerate(r)) + " |"
+                  for r in rows]
+        return ["## Family-wise verdicts", "", family_why(m, delta), "", head, "", *table, ""]
+    return [head, family_why(m, delta), text_table(rows, LEAD_HEADER)]

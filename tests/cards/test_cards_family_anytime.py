@@ -1,0 +1,110 @@
+"""Cards over several recipe identities (family-wise verdicts beside the pointwise ones) and cards
+read as open-ended sweeps (the confidence sequence), from a tracking store."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from helpers.store import synthetic_sweep
+
+from recipe_audit.cards.build import CardError, CardOptions
+from recipe_audit.cards.compute import CardRequest, compute_cards
+from recipe_audit.cards.render import to_markdown
+from recipe_audit.cards.store import validate
+from recipe_audit.cards.sweep import print_summary, summary_markdown
+from recipe_audit.stats import anytime_bound, family_bounds, tail_bound
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """One store, written once: experiment 'three' holds three recipe identities, each its own sweep
+    (40 clean reruns, 40 with one failure, 10 clean)."""
+    tmp = tmp_path_factory.mktemp("family_anytime")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    synthetic_sweep(uri, {s: 0.9 for s in range(40)}, experiment="three", recipe_id="a" * 16)
+    synthetic_sweep(uri, {s: (0.5 if s == 3 else 0.9) for s in range(40)}, experiment="three", recipe_id="b" * 16)
+    synthetic_sweep(uri, {s: 0.9 for s in range(10)}, experiment="three", recipe_id="c" * 16)
+    return uri
+
+
+def _card(uri, experiment="three", **kw):
+    opts = kw.pop("opts", CardOptions(taus=(0.7,)))
+    return compute_cards(CardRequest(experiment=experiment, tracking_uri=uri, **kw), opts)
+
+
+def test_every_cell_states_the_family_and_both_verdicts(stores):
+    doc = _card(stores)
+    validate(doc)
+    assert len(doc["cells"]) == 3
+    fam = family_bounds([(0, 40), (1, 40), (0, 10)], 0.1, 0.1, family_size=3)
+    by_rid = {e["recipe_id"]: e for e in doc["cells"]}
+    for rid, (k, n), mem in zip(("a" * 16, "b" * 16, "c" * 16), [(0, 40), (1, 40), (0, 10)], fam.members,
+                                strict=True):
+        e = by_rid[rid]
+        f = e["family"]
+        assert f["size"] == 3 and f["method"] == "holm" and f["delta"] == pytest.approx(0.1 / 3)
+        assert sorted(f["recipe_ids"]) == ["a" * 16, "b" * 16, "c" * 16] and len(f["members"]) == 3
+        assert e["verdict"] == tail_bound(k, n).verdict == f["pointwise_verdict"]
+        assert f["verdict"] == mem.verdict and f["upper_bound"] == mem.upper and f["sample_floor"] == 33
+        assert "3 recipe identities" in f["why"]
+    # the pointwise card supports all but the 10-rerun recipe; family-wise only the clean 40
+    assert [by_rid[r]["verdict"] for r in ("a" * 16, "b" * 16)] == ["release-supported"] * 2
+    assert by_rid["a" * 16]["family"]["verdict"] == "release-supported"
+    assert by_rid["b" * 16]["family"]["verdict"] == "unsupported"
+
+
+def test_summary_and_markdown_lead_with_the_family_wise_verdict(stores):
+    doc = _card(stores)
+    md = to_markdown(doc)
+    assert md.index("## Family-wise verdicts") < md.index("## Verdicts")
+    assert "This card covers 3 recipe identities" in md
+    out = io.StringIO()
+    print_summary(doc, stream=out)
+    text = out.getvalue()
+    assert text.index("Family-wise verdicts (M = 3") < text.index("Pointwise verdicts")
+    assert summary_markdown([doc]).index("family-wise verdict") < summary_markdown([doc]).index("recipe_audit card")
+
+
+def test_one_recipe_card_has_no_family_unless_stated(stores):
+    (e,) = _card(stores, sweep_id="swaaaaaa")["cells"]  # one sweep, one identity
+    assert "family" not in e
+    doc = _card(stores, sweep_id="swaaaaaa", opts=CardOptions(taus=(0.7,), family_size=10))
+    validate(doc)
+    (e,) = doc["cells"]
+    assert e["family"]["size"] == 10 and e["family"]["untested"] == 9
+    assert e["family"]["verdict"] == "insufficient-evidence" and e["verdict"] == "release-supported"
+    assert doc["options"]["family_size"] == 10
+
+
+def test_recipe_filter_keeps_the_experiment_family(stores):
+    (e,) = _card(stores, recipe_id="a" * 16)["cells"]
+    assert e["family"]["size"] == 3 and e["family"]["untested"] == 2
+
+
+def test_family_size_smaller_than_the_identities_refuses(stores):
+    with pytest.raises(CardError, match="smaller than the 3 recipe identities"):
+        _card(stores, opts=CardOptions(taus=(0.7,), family_size=2))
+
+
+def test_anytime_card_reads_the_confidence_sequence(stores):
+    doc = _card(stores, sweep_id="swbbbbbb", opts=CardOptions(taus=(0.7,), anytime=True))
+    validate(doc)
+    (e,) = doc["cells"]
+    ab = anytime_bound(1, 40)
+    assert e["reading"] == "anytime" and doc["options"]["anytime"] is True
+    assert (e["upper_bound"], e["lower_bound"], e["sample_floor"], e["verdict"]) == (
+        ab.upper, ab.lower, 34, ab.verdict)
+    assert e["anytime"]["fixed_n"]["verdict"] == tail_bound(1, 40).verdict == "release-supported"
+    assert ab.verdict == "unsupported"
+    assert e["anytime"]["looks"] == [{"n": 40, "k": 1, "upper": ab.upper, "lower": ab.lower, "verdict": ab.verdict}]
+    assert "U_n <= eps" in e["anytime"]["rule"]
+    md = to_markdown(doc)
+    assert "**Anytime card (open-ended sweep).**" in md and md.index("Anytime card") < md.index("| τ | failures/N")
+
+
+def test_anytime_and_fixed_n_cards_differ_on_the_same_reruns(stores):
+    (fixed,) = _card(stores, sweep_id="swbbbbbb")["cells"]
+    (anyt,) = _card(stores, sweep_id="swbbbbbb", opts=CardOptions(taus=(0.7,), anytime=True))["cells"]
+    assert fixed["verdict"] == "release-supported" and anyt["verdict"] == "unsupported"
+    assert "reading" not in fixed and anyt["reading"] == "anytime"
