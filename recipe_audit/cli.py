@@ -92,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--bootstrap", type=whole(1, BOOTSTRAP_MAX), default=2000,
                    help=f"bootstrap resamples B, 1 to {BOOTSTRAP_MAX} (default 2000)")
     c.add_argument("--bootstrap-seed", type=count, default=0, help="seed of the bootstrap (default 0)")
+    c.add_argument("--family-size", type=whole(1, 10**15, "10^15"), default=None, metavar="M",
+                   help="the recipes were chosen from a family of M identities (default: the identities the card "
+                        "covers on each audit set and τ, plus the experiment's or sweep's others); with M > 1 every "
+                        "cell states the family-wise verdict (Holm, δ/M) beside the pointwise one")
+    c.add_argument("--anytime", action="store_true",
+                   help="read every cell as an open-ended sweep (seeds added until the card looked good): the "
+                        "confidence sequence's U_n and L_n, valid at every N at once (a sweep run with "
+                        "hydra.sweeper.stop_on=anytime is read so without it)")
     c.add_argument("--band-method", choices=("auto", "exact-cp", "exact-ks", "dkw"), default="auto",
                    help="the simultaneous band valid for every τ (default auto: the exact Clopper–Pearson "
                         "shape up to 2000 reruns, the exact KS band up to 20000, DKW beyond)")
@@ -185,7 +193,8 @@ def cmd_card(a: argparse.Namespace) -> int:
 
     opts = CardOptions(taus=taus, eps=a.eps, delta=a.delta,
                        higher_is_better=not a.lower_is_better, unfinished=a.unfinished,
-                       bootstrap_B=a.bootstrap, bootstrap_seed=a.bootstrap_seed, band_method=a.band_method)
+                       bootstrap_B=a.bootstrap, bootstrap_seed=a.bootstrap_seed, band_method=a.band_method,
+                       family_size=a.family_size, anytime=a.anytime)
     req = CardRequest(experiment=a.experiment_name, metric=metric, tracking_uri=uri, seed_key=a.seed_key,
                       group_by=tuple(a.group_by), recipe_id=a.recipe_id, sweep_id=a.sweep_id,
                       planned_seeds=planned)
