@@ -1,4 +1,4 @@
-"""Compute saved by curtailment (README, "Stop early, choose τ late"): reruns a curtailing sweep launches vs the planned N.
+"""Compute saved by curtailment (docs/guide/stop-early.md): reruns a curtailing sweep launches vs the planned N.
 
 For each true rerun failure probability p in {0, 0.05, 0.1, 0.2, 0.3, 0.5}, 20,000 simulated
 sweeps of N = 59 planned reruns (each failing independently with probability p) are curtailed

@@ -1,7 +1,7 @@
 """Benchmark: vectorised held-out split audit vs a straightforward per-split Python loop.
 
 36 synthetic bimodal cells (N = 59 reruns each: a working mode and a collapsed mode, a few
-unfinished reruns as NaN; fixed seed), 1,000 splits per cell, the 5 comparison rules of the card (README, "Why: the mean hides the collapse rate"), audit part
+unfinished reruns as NaN; fixed seed), 1,000 splits per cell, the 5 comparison rules of the card (docs/guide/statistics.md), audit part
 floor(N/2) = 29, bootstrap B = 200 per split (B = 2,000 for the full-data decisions).
 
 The per-split loop uses exactly the same splits (it regenerates the vectorised code's random split

@@ -1,4 +1,4 @@
-"""Does the card keep its promise? Simulated recipes with known failure probabilities (README, "Stop early, choose τ late").
+"""Does the card keep its promise? Simulated recipes with known failure probabilities (docs/guide/stop-early.md).
 
 Each simulated recipe is a metric distribution whose failure probability at every bar is known
 exactly, ``β(τ) = P(X < τ)`` (unfinished reruns are a mass that fails every bar). Families:

@@ -6,7 +6,7 @@ of memory, preempted, node lost), which aborts the whole multirun: no card, and 
 running are abandoned. These wait for every job, log each job that died, and return it as a rerun
 that failed (return value None, as ``run_job`` returns for a rerun that raised), so the sweep goes
 on and the card is computed at the end; recipe_audit's callback then marks the dead rerun's MLflow
-run KILLED, and the card lists it as unfinished (README, "What lands in MLflow": unfinished reruns count as failures).
+run KILLED, and the card lists it as unfinished (docs/guide/statistics.md: unfinished reruns count as failures).
 
 Hydra's launcher submits and waits in one method (``launch``), so these submit the jobs the way
 it does (the same executor from the same ``hydra.launcher`` parameters; the job function is the
