@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 from helpers.query_stores import METRIC
 
@@ -150,4 +149,3 @@ def test_collect_reruns_needs_the_columns_it_resolves(rich_store):
         collect_reruns(frame, "other")
     with pytest.raises(QueryError, match=r"^The runs were read without the group key 'params.x'; pass it"):
         collect_reruns(frame, METRIC, group_by=["params.x"])
-    assert isinstance(pd.DataFrame(), pd.DataFrame)
