@@ -517,8 +517,38 @@ class RerunLogger:
             info = mlflow.transformers.log_model(
                 transformers_model={"model": model, "tokenizer": tokenizer},
                 name="model", task="text-classification", pip_requirements=reqs,
+                model_card=self._model_card(model),
             )
         return info.model_uri
+
+    def _model_card(self, model):
+        """The model card MLflow stores beside the weights. A model built from a config (no
+        ``name_or_path``) or from a local checkpoint has no hub repository: without a card,
+        MLflow would look one up on the hub under that name and warn twice per rerun (no card
+        for an empty repo id; no license information). Such a model gets the checkpoint's own
+        card (its ``README.md``) or one naming this rerun; a hub model (None here) gets its hub
+        card from MLflow."""
+        from huggingface_hub import ModelCard
+
+        name = str(getattr(model, "name_or_path", "") or "")
+        if name and not Path(name).exists():
+            return None  # a hub id: MLflow fetches the model's own card and license
+        readme = Path(name) / "README.md" if name else None
+        if readme is not None and readme.is_file():
+            try:
+                return ModelCard.load(readme)
+            except Exception:  # noqa: BLE001 - an unreadable card: ours below
+                pass
+        return ModelCard(
+            "---\nlibrary_name: transformers\npipeline_tag: text-classification\ntags:\n- recipe_audit\n---\n"
+            f"# recipe_audit rerun {self.run_id}\n\n"
+            "A text classifier trained by one rerun (one seed) of a fine-tuning recipe and logged by "
+            f"recipe_audit. MLflow run `{self.run_id}` holds its resolved configuration (`config.yaml`), "
+            "its metrics on every audit set and, through its recipe, the recipe card: how often the "
+            "next rerun of the same recipe fails the release bar.\n"
+            + (f"\nFine-tuned from the local checkpoint `{name}`.\n" if name else
+               "\nBuilt from a model config and trained from scratch: no pretrained weights, no hub "
+               "repository.\n"))
 
     def finish(self) -> None:
         self.flush()

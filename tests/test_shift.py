@@ -194,9 +194,21 @@ def test_lora_model_is_logged_merged_and_loads_back(store):
     st = tracking.open_store(store, "exp")
     logger = tracking.RerunLogger(st, {"recipe": {"name": "lora"}, "model": {"name": "tiny_neox"},
                                        "task": {"name": "sentiment"}}, 0, recipe_id="l" * 16)
-    uri = logger.log_model(model, prepared.tokenizer, labels=prepared.task.labels)
+    import logging
+
+    warned = []  # MLflow's hub look-ups for a model with no hub repository warned twice a rerun
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = warned.append
+    logging.getLogger("mlflow.transformers").addHandler(handler)
+    try:
+        uri = logger.log_model(model, prepared.tokenizer, labels=prepared.task.labels)
+    finally:
+        logging.getLogger("mlflow.transformers").removeHandler(handler)
     logger.finish()
     assert uri.startswith("models:/")
+    assert [r.getMessage() for r in warned] == []
+    card = mlflow.artifacts.download_artifacts(f"runs:/{logger.run_id}/model/model_card.md", tracking_uri=store)
+    assert f"# recipe_audit rerun {logger.run_id}" in open(card, encoding="utf-8").read()
     with tracking.use_tracking_uri(store):
         pipe = mlflow.transformers.load_model(f"runs:/{logger.run_id}/model")
     got = [next(s["score"] for s in r if s["label"] == "positive") for r in pipe(texts, top_k=None)]
