@@ -40,7 +40,7 @@ process on ``[0, 1]`` in the gaps between the band levels are independent, so a 
 over the gaps (one convolution with a Poisson pmf per distinct level, then zeroing the counts that
 break a constraint) gives ``P(constraints, N(1) = n)``; dividing by ``P(N(1) = n)`` de-Poissonizes.
 Every term is a probability (no cancellation); cost ``O(n^2)`` per kernel length, ``O(n^3)`` worst
-case, a few milliseconds at ``n = 59``.
+case.
 
 References: Z. W. Birnbaum and F. H. Tingey (1951), "One-sided confidence contours for probability
 distribution functions", Ann. Math. Statist. 22(4), 592-596. P. Massart (1990), "The tight constant
