@@ -16,7 +16,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from .config import register_configs
+from .config import register_configs, unknown_keys
 
 log = logging.getLogger("recipe_audit")
 
@@ -88,6 +88,15 @@ def _run_job(cfg: DictConfig) -> dict[str, float] | None:
 
     # Configuration problems are the same for every seed: stop before logging anything.
     try:
+        stray = unknown_keys(run_cfg)
+        if stray:
+            raise ConfigurationError(f"{', '.join(stray)}: no such option (a misspelt key added with '+'?); "
+                                     "see python -m recipe_audit --cfg job for the options that exist.")
+        if not 0 <= run_cfg.seed < 2**32:
+            raise ConfigurationError(f"seed must be a whole number from 0 to 2**32 - 1, not {run_cfg.seed}.")
+        bad_taus = [t for t in run_cfg.audit.taus if not 0 <= t <= 1]
+        if bad_taus:
+            raise ConfigurationError(f"audit.taus are accuracy bars between 0 and 1; {bad_taus} is not.")
         if run_cfg.audit.unfinished not in ("fail", "refuse"):
             raise ConfigurationError("audit.unfinished must be 'fail' or 'refuse'.")
         for name, value in (("audit.eps", run_cfg.audit.eps), ("audit.delta", run_cfg.audit.delta)):
@@ -97,6 +106,10 @@ def _run_job(cfg: DictConfig) -> dict[str, float] | None:
         audit_sets = select_audits(prepared.task, run_cfg.audit)
         extra_audits = prepare_extra_audits(run_cfg.audit.extra_tasks, run_cfg.audit.extra_task_options,
                                             prepared, run_cfg.model)  # task shift (docs/guide/shift.md)
+        scored = [*audit_sets, *(x.name for x in extra_audits)]
+        if run_cfg.audit.primary not in scored:
+            raise ConfigurationError(f"audit.primary '{run_cfg.audit.primary}' is not an audit set this sweep "
+                                     f"scores (it scores {scored}).")
     except (ConfigurationError, TaskError, ModelError, RecipeError) as exc:
         _fail(str(exc), exc)
 
@@ -181,6 +194,10 @@ def _fail(message: str, exc: BaseException | None = None, record: bool = True) -
         try:
             store = tracking.open_store(rerun.tracking_uri, rerun.experiment_name)
             tracking.close_rerun(store, rerun.run_id, error=exc or ConfigurationError(message))
+            # the sweep stops here: its parent run says so rather than staying RUNNING
+            sweep = tracking.current_sweep(None)
+            if sweep is not None and sweep.sweep_id == rerun.sweep_id:
+                tracking.end_sweep(sweep, "FAILED", error=message)
         except Exception:  # noqa: BLE001 - the sentence below is what the user needs
             pass
     from .uris import mask_in_text

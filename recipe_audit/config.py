@@ -181,6 +181,24 @@ class RunConfig:
     defense: DefenseConfig | None = None
 
 
+def unknown_keys(obj: Any, prefix: str = "") -> list[str]:
+    """Keys of a converted config that its schema does not have, as dotted paths.
+
+    Hydra's ``+key=value`` adds a key even to a structured config, and ``OmegaConf.to_object``
+    keeps it as a stray attribute of the dataclass, which nothing reads: ``+recipe.lrr=0.001``
+    would train the default learning rate under a new recipe identity. Free-form dicts (task
+    options) are checked where they are read."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(obj):
+        return []
+    names = {f.name for f in dataclasses.fields(obj)}
+    found = [prefix + k for k in vars(obj) if k not in names]
+    for name in names:
+        found += unknown_keys(getattr(obj, name), f"{prefix}{name}.")
+    return sorted(found)
+
+
 def register_configs() -> None:
     """Store the schemas so YAML files can extend them
     (``defaults: [/hydra/recipe_audit_schemas/model@_here_, _self_]``).

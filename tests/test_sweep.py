@@ -94,10 +94,16 @@ def test_tracking_uri_override_wins_over_environment(tmp_path, store):
         (["tracking.uri=http://127.0.0.1:9"], "not reachable"),
         (["tracking.uri=sqlite:////proc/forbidden/mlflow.db"], "tracking store"),
         (["model=hf", "model.name_or_path=/nonexistent/dir"], "Cannot load"),
+        (["task.options.n_train=0"], "task.options.n_train must be a positive whole number"),
+        (["+task.options.negation_rate=2"], "task.options.negation_rate is a probability"),
+        (["seed=-1"], "seed must be a whole number from 0"),
+        (["+recipe.lrr=0.001"], "recipe.lrr: no such option"),
+        (["audit.primary=nope"], "audit.primary 'nope' is not an audit set"),
+        (["audit.taus=[1.5]"], "audit.taus are accuracy bars between 0 and 1"),
     ],
 )
 def test_bad_input_is_one_sentence(tmp_path, store, args, needle):
-    proc = run_app([*args, *SMALL, f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path, timeout=120)
+    proc = run_app([*SMALL, *args, f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path, timeout=120)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
     assert needle in proc.stderr
@@ -150,3 +156,16 @@ def test_a_new_sqlite_store_keeps_a_write_ahead_log_and_folds_it_back(tmp_path):
     copy.write_bytes(db.read_bytes())
     row = sqlite3.connect(copy).execute("select value from metrics where key='val_accuracy'").fetchone()
     assert row == (0.9,)
+
+
+def test_a_configuration_error_in_a_sweep_closes_its_parent_failed(tmp_path, store):
+    """A sweep whose configuration cannot run stops at its first job; its parent run says why
+    rather than staying RUNNING, and the job's rerun is recorded FAILED with the same sentence."""
+    proc = run_app(["-m", "seed=range(2)", *SMALL, "recipe.max_steps=0", f"hydra.sweep.dir={tmp_path}/sweep"],
+                   cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    _, runs = _runs(store)
+    by_kind = {r.data.tags.get(keys.TAG_KIND): r for r in runs}
+    assert {r.info.status for r in runs} == {"FAILED"}
+    assert "must be positive" in by_kind[keys.KIND_SWEEP].data.tags[keys.TAG_ERROR]
+    assert "must be positive" in by_kind[keys.KIND_RERUN].data.tags[keys.TAG_ERROR]

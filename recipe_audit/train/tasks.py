@@ -294,6 +294,14 @@ def build_task(tcfg) -> TaskData:
     if unknown:
         raise TaskError(f"Task '{tcfg.name}' ({tcfg.kind}) has no option {unknown}; "
                         f"it accepts {sorted(accepted - {'data_seed'})}.")
+    for key in ("n_train", "n_audit"):
+        value = options.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise TaskError(f"task.options.{key} must be a positive whole number of examples, not {value!r}.")
+    for key, value in options.items():
+        if key.endswith("_rate") and value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1):
+            raise TaskError(f"task.options.{key} is a probability between 0 and 1, not {value!r}.")
     if "data_seed" in accepted:
         options["data_seed"] = tcfg.data_seed
     if tcfg.kind == "files":
