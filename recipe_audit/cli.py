@@ -83,8 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", dest="json_path", type=Path, default=None, metavar="PATH",
                    help="write the card JSON here")
     c.add_argument("--out", type=Path, default=None, metavar="DIR", help="write JSON, Markdown and PNGs here")
-    c.add_argument("--no-log", action="store_true",
-                   help="do not log the card as MLflow runs (logging is the default; a read-only store needs this)")
+    c.add_argument("--log-run", action="store_true",
+                   help="also log the card in MLflow, one card run per cell beside its reruns (a cell whose card, "
+                        "from the same reruns with the same options, is already logged reuses that run); by "
+                        "default nothing is written to the store")
+    c.add_argument("--no-log", action="store_true", help=argparse.SUPPRESS)  # the default since --log-run
     c.add_argument("--split-audit", action="store_true", help="add the held-out split audit")
     c.add_argument("--responsiveness", action="store_true", help="add the evidence-responsiveness plot")
     c.add_argument("--splits", type=whole(1, SPLITS_MAX), default=1000,
@@ -184,11 +187,11 @@ def cmd_card(a: argparse.Namespace) -> int:
     planned = check.planned_seeds(a.planned_seeds)
     check.output_paths(a.json_path, a.out)
     uri = resolve_tracking_uri(a.tracking_uri)
-    check.tracking_uri(uri, will_log=not a.no_log)
+    check.tracking_uri(uri, will_log=a.log_run)
 
     from .cards.build import CardOptions
     from .cards.compute import CardRequest, compute_cards
-    from .cards.store import log_card_runs, render_files, write_json
+    from .cards.store import log_cell_card_runs, render_files, write_json
     from .cards.sweep import print_summary
 
     opts = CardOptions(taus=taus, eps=a.eps, delta=a.delta,
@@ -229,16 +232,19 @@ def cmd_card(a: argparse.Namespace) -> int:
 
         header, rows = shift_table(doc["shift"], markdown=False)
         print("\nShift: calibration audit vs target audits\n" + text_table(rows, header))
-    if not a.no_log:
+    if a.log_run:
         try:
-            runs = log_card_runs(doc, uri, a.experiment_name)
+            runs = log_cell_card_runs(doc, uri, a.experiment_name)
         except Exception as exc:  # noqa: BLE001 - a store that refuses the write: one sentence
             if isinstance(exc, ValueError):
                 raise
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ValueError(f"The card was computed but could not be logged to {uri} ({first[:200]}); "
-                             "rerun with --no-log to skip logging.") from None
-        print(f"Logged {len(runs)} card run(s) to experiment '{a.experiment_name}'.")
+                             "rerun without --log-run to skip logging.") from None
+        new = [c.run_id for c in runs if not c.reused]
+        old = [c.run_id for c in runs if c.reused]
+        print(f"Logged {len(new)} card run(s) to experiment '{a.experiment_name}'"
+              + (f"; {len(old)} cell(s) already had their card run ({', '.join(old)})." if old else "."))
     return 0
 
 

@@ -11,6 +11,7 @@ from helpers.cli import run_cli
 from helpers.store import synthetic_sweep
 from scipy import stats as sps
 
+from recipe_audit import keys
 from recipe_audit.stats import VERDICTS
 
 
@@ -60,8 +61,41 @@ def test_card_json_contract(store, tmp_path, capsys):
         assert set(e["rules"]) == {"mean", "median", "bootstrap", "mean_minus_2sd", "card"}
         assert e["verdict"] in VERDICTS
     assert doc["cells"][0]["n_failures"] == 8 and doc["cells"][1]["n_failures"] == 40
-    assert "unsupported" in out and "Logged 1 card run" in out
+    assert "unsupported" in out and "card run" not in out
     assert (tmp_path / "md" / "card.md").is_file()
+
+
+def _card_runs(uri):
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient(tracking_uri=uri)
+    return c.search_runs([c.get_experiment_by_name("exp").experiment_id],
+                         f"tags.`{keys.TAG_KIND}` = '{keys.KIND_CARD}'")
+
+
+def test_card_runs_only_when_asked_and_never_twice(store, capsys):
+    """An ad-hoc card writes nothing to the store; --log-run logs one card run per cell, named by
+    recipe, audit set and τ, with the card as its description; the same card asked again reuses
+    it; another τ is another card run, with another name."""
+    synthetic_sweep(store, {s: (0.9 if s % 5 else 0.5) for s in range(30)})
+    rc, out, err = run_cli(["card", "--experiment-name", "exp", "--tau", "0.7"], capsys)
+    assert rc == 0, err
+    assert _card_runs(store) == []
+    rc, out, err = run_cli(["card", "--experiment-name", "exp", "--tau", "0.7", "--log-run"], capsys)
+    assert rc == 0 and "Logged 1 card run(s)" in out, err
+    (run,) = _card_runs(store)
+    assert run.info.run_name.startswith("card · ") and " · τ 0.7 · " in run.info.run_name
+    assert run.data.tags["mlflow.note.content"].count("# Recipe card") == 1
+    from mlflow.tracking import MlflowClient
+
+    assert "card.html" in {a.path for a in MlflowClient(store).list_artifacts(run.info.run_id)}
+    rc, out, err = run_cli(["card", "--experiment-name", "exp", "--tau", "0.7", "--log-run"], capsys)
+    assert rc == 0 and "Logged 0 card run(s)" in out and f"already had their card run ({run.info.run_id})" in out
+    assert len(_card_runs(store)) == 1
+    rc, out, err = run_cli(["card", "--experiment-name", "exp", "--tau", "0.8", "--log-run"], capsys)
+    assert rc == 0 and "Logged 1 card run(s)" in out
+    names = [r.info.run_name for r in _card_runs(store)]
+    assert len(names) == 2 == len(set(names)) and "None" not in " ".join(names)
 
 
 def test_bring_your_own_runs(tmp_path, store, capsys):

@@ -183,7 +183,7 @@ def tracking_uri(uri: str, will_log: bool) -> None:
 def _sqlite_writable(db: Path, uri: str) -> None:
     import sqlite3
 
-    advice = "; compute the card with --no-log to read it without writing"
+    advice = "; compute the card without --log-run to read it without writing"
     if not os.access(db, os.W_OK) or not os.access(db.parent, os.W_OK | os.X_OK):
         raise ValueError(f"The tracking store {uri} is read-only{advice}.")
     try:
