@@ -30,6 +30,26 @@ def schema() -> dict[str, Any]:
     return schemas.load(SCHEMA_FILE)
 
 
+def ui_experiment_path(experiment_id: str) -> str:
+    """Where an experiment's runs table is in MLflow's UI, relative to the UI's address. MLflow's
+    UI (3.17, as tested) opens an experiment in its GenAI or its model-training view by a switch
+    of its own (kept in the browser, GenAI unless a person changed it), no longer by the
+    experiment's ``mlflow.experimentKind`` tag (which recipe_audit still sets, for the MLflow
+    versions that read it); the link names the model-training view."""
+    return f"#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def ui_experiment_link(tracking_uri: str, experiment_id: str) -> str:
+    """:func:`ui_experiment_path` as a person opens it: on a tracking server, its full address;
+    on a local store, the ``mlflow ui`` command first."""
+    from ..uris import mask_credentials
+
+    path = ui_experiment_path(experiment_id)
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"{mask_credentials(tracking_uri).rstrip('/')}/{path}"
+    return f"mlflow ui --backend-store-uri {mask_credentials(tracking_uri)}, then http://127.0.0.1:5000/{path}"
+
+
 def validate(doc: dict[str, Any]) -> None:
     """Raise ``CardError`` (one sentence) when ``doc`` is not a valid recipe card."""
     schemas.check(doc, SCHEMA_FILE, CardError, "recipe card")
