@@ -165,8 +165,10 @@ def test_private_files_and_pgpass_roundtrip(tmp_path):
 @pytest.mark.slow
 def test_tracking_server_postgres_auth_parallel_ci(server, tmp_path, monkeypatch):
     uri, d, _ = server
-    # the backend store is PostgreSQL
-    assert "postgresql://" in (d / "mlflow_server.log").read_text() or json.loads((d / "server.json").read_text())
+    # the backend store is PostgreSQL: the server process was started with a postgresql URI
+    pid = json.loads((d / "server.json").read_text())["pid"]
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    assert argv[argv.index("--backend-store-uri") + 1].startswith("postgresql+psycopg2://")
     # without credentials: refused
     req = urllib.request.Request(uri + "/api/2.0/mlflow/experiments/search?max_results=1")
     with pytest.raises(urllib.error.HTTPError) as err:
