@@ -30,6 +30,10 @@ class TrackingError(RuntimeError):
     """The tracking store cannot be used (one sentence)."""
 
 
+class StoreGone(TrackingError):
+    """The store a sweep was writing to is no longer the one it opened (deleted, replaced)."""
+
+
 DEFAULT_STORE_DIR = "mlruns"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
@@ -142,7 +146,43 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
         raise TrackingError(f"Cannot use the tracking store {uri}: {_one_line(exc)}") from None
     store = Store(uri, exp_id, experiment_name)
     _STORES[key] = store
+    if uri.startswith("sqlite:///"):
+        st = os.stat(uri[len("sqlite:///"):])
+        _SQLITE_FILES.setdefault(uri, (st.st_dev, st.st_ino))
     return store
+
+
+_SQLITE_FILES: dict[str, tuple[int, int]] = {}
+
+
+def check_store_file(uri: str) -> None:
+    """Raise :class:`TrackingError` when the SQLite file this process opened was deleted or
+    replaced since. SQLite goes on writing into a deleted file's inode without a word, so a sweep
+    would record its reruns and its card into nothing and exit 0."""
+    opened = _SQLITE_FILES.get(uri)
+    if opened is None:
+        return
+    db = uri[len("sqlite:///"):]
+    try:
+        st = os.stat(db)
+        same = (st.st_dev, st.st_ino) == opened
+    except OSError:
+        same = False
+    if not same:
+        raise StoreGone(f"The tracking store {db} was deleted or replaced while this sweep was writing to it; "
+                            "what the sweep recorded since is lost.")
+
+
+def check_sweep_parent(store: Store, sweep: SweepInfo) -> None:
+    """Raise :class:`StoreGone` when the sweep's parent run is not in ``store``: a job process
+    opening a store recreated since the sweep started would file its rerun under no sweep."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        store.client.get_run(sweep.parent_run_id)
+    except MlflowException:
+        raise StoreGone(f"The sweep's parent run {sweep.parent_run_id} is not in the tracking store "
+                        f"{store.uri}: the store was deleted or replaced since the sweep started.") from None
 
 
 def _write_ahead_log(uri: str) -> None:

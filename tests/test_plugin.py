@@ -8,6 +8,7 @@ swept in ``tests/test_examples.py``.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -285,3 +286,60 @@ def test_concurrent_sweeps_on_a_new_store_each_get_their_parent_and_card_ci(tmp_
     assert len(_kind(runs, keys.KIND_SWEEP)) == 4 and len(_kind(runs, keys.KIND_RERUN)) == 8
     assert len(_kind(runs, keys.KIND_CARD)) == 4
     assert all((tmp_path / f"sweep{i}" / "card" / "card.json").is_file() for i in range(4))
+
+
+DELETING_APP = '''
+import os
+import hydra
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg):
+    if cfg.seed == 2:  # someone removes the store mid-sweep
+        os.remove(os.environ["MLFLOW_TRACKING_URI"][len("sqlite:///"):])
+    return 0.9
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_store_deleted_mid_sweep_stops_the_sweep_non_zero(tmp_path, store):
+    """SQLite writes on into a deleted file without a word: the sweep notices the file is gone,
+    says so in one sentence and exits non-zero rather than recording its card into nothing."""
+    app = _app(tmp_path, DELETING_APP)
+    proc = _run(app, ["-m", "seed=range(5)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "was deleted or replaced while this sweep was writing to it" in proc.stderr
+    assert "seed 3" not in proc.stdout + proc.stderr  # it stopped at the seed that lost the store
+
+
+@pytest.fixture
+def full_artifact_disk(tmp_path):
+    """The store's artifact directory on a 64 KiB tmpfs that is already full (root only)."""
+    artifacts = tmp_path / "store" / "artifacts"
+    artifacts.mkdir(parents=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(artifacts)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        with open(artifacts / "filler", "wb") as fh:
+            with contextlib.suppress(OSError):
+                fh.write(b"\0" * 65536)
+        yield f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    finally:
+        subprocess.run(["umount", "-l", str(artifacts)], capture_output=True)
+
+
+def test_a_full_artifact_disk_fails_the_card_run_and_the_exit_status(tmp_path, full_artifact_disk):
+    """The card cannot be written: one sentence, exit 2, the card run FAILED (no half-written card
+    counts as a card), every rerun recorded (FINISHED; none left RUNNING)."""
+    app = _app(tmp_path, PLAIN_APP)
+    proc = _run(app, ["-m", "seed=range(3)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                env_extra={"MLFLOW_TRACKING_URI": full_artifact_disk})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "No space left on device" in proc.stderr
+    _, runs = _runs(full_artifact_disk)
+    assert sorted(r.info.status for r in _kind(runs, keys.KIND_RERUN)) == ["FINISHED"] * 3
+    assert [r.info.status for r in _kind(runs, keys.KIND_CARD)] == ["FAILED"]
+    assert not [r for r in runs if r.info.status == "RUNNING"]

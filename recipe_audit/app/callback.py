@@ -127,6 +127,7 @@ class RecipeAuditCallback(Callback):
         self._experiment: str | None = None
         self._progress: _Progress | None = None
         self._const: dict[str, Any] | None = None
+        self._parent_seen = False  # this process checked the sweep's parent run is in its store
 
     # -- options ----------------------------------------------------------------------------
 
@@ -268,7 +269,8 @@ class RecipeAuditCallback(Callback):
             raise
         except Exception as exc:  # noqa: BLE001 - a store that went away, a full disk: say so, exit non-zero
             _stop(f"the end of sweep {sweep.sweep_id} could not be recorded ({_one_line(exc)}); the reruns "
-                  "that finished are in the store: compute the card with `recipe-audit card` once it is back.")
+                  "that finished are in the store: compute the card with `recipe-audit card` once the store can be "
+                  "written again.")
         finally:
             tracking.checkpoint_store(sweep.tracking_uri)
 
@@ -276,6 +278,7 @@ class RecipeAuditCallback(Callback):
         from .. import tracking
 
 
+        tracking.check_store_file(sweep.tracking_uri)
         for run_id in tracking.close_dead_reruns(sweep):  # every job has returned
             log.warning("rerun %s never finished (its process died): recorded as KILLED", run_id)
         tracking.end_sweep(sweep)
@@ -314,8 +317,12 @@ class RecipeAuditCallback(Callback):
 
         if _rank() != 0:
             return
+        from .. import tracking
+
         try:
             self._job = self._open_rerun(config)
+        except tracking.StoreGone as exc:  # nothing this sweep records can be kept: stop it
+            _stop(f"{exc} Relaunch the sweep once the store is back.")
         except Exception as exc:  # noqa: BLE001 - the job still runs; the card counts it as never logged
             from ..uris import mask_in_text
 
@@ -334,7 +341,11 @@ class RecipeAuditCallback(Callback):
 
         const = self._job_constants(config)
         store = tracking.open_store(const["uri"], const["experiment"])
+        tracking.check_store_file(store.uri)
         sweep = tracking.current_sweep(Path(const["sweep_dir"])) if const["multirun"] else None
+        if sweep is not None and not self._parent_seen:
+            tracking.check_sweep_parent(store, sweep)  # once a process: the store is the sweep's
+            self._parent_seen = True
         seed = OmegaConf.select(config, self.seed_key)
         resolved, raw = _job_config(config)
         runtime_paths = [OmegaConf.select(config, "hydra.runtime.output_dir"), const["sweep_dir"], const["run_dir"]]
@@ -401,6 +412,10 @@ class RecipeAuditCallback(Callback):
 
         _end_fluent_run()
         store = tracking.open_store(job.rerun.tracking_uri, job.rerun.experiment_name)
+        try:
+            tracking.check_store_file(store.uri)
+        except tracking.StoreGone as exc:
+            _stop(f"{exc} Seed {job.rerun.seed} and the sweep stop here; relaunch once the store is back.")
         failed = job_return.status == JobStatus.FAILED
         error = job_return._return_value if failed else None
         returned = None if failed else job_return._return_value
