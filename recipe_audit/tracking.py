@@ -393,6 +393,11 @@ def start_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path, ove
     return info
 
 
+def sweep_running(info: SweepInfo) -> bool:
+    """Whether the sweep's parent run is still open."""
+    return _client(info.tracking_uri).get_run(info.parent_run_id).info.status == "RUNNING"
+
+
 def end_sweep(info: SweepInfo, status: str = "FINISHED", error: str | None = None) -> None:
     """Close the sweep's parent run; ``error`` (one sentence) is why a sweep stopped early."""
     if error:
@@ -696,7 +701,9 @@ def close_dead_reruns(info: SweepInfo, only_dead_processes: bool = False) -> lis
             "and attributes.status = 'RUNNING'")
     closed = []
     for run in client.search_runs([exp.experiment_id], filter_string=filt, max_results=50000):
-        if only_dead_processes and _process_alive(run.data.tags.get(keys.TAG_HOST), run.data.tags.get(keys.TAG_PID)):
+        host, pid = run.data.tags.get(keys.TAG_HOST), run.data.tags.get(keys.TAG_PID)
+        exiting = host == socket.gethostname() and pid == str(os.getpid())  # this process, at exit
+        if only_dead_processes and not exiting and _process_alive(host, pid):
             continue  # mid-sweep: only the reruns whose process is gone
         client.set_tag(run.info.run_id, keys.TAG_ERROR, "the rerun's process died before it finished")
         client.set_terminated(run.info.run_id, "KILLED")

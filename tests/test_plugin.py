@@ -343,3 +343,37 @@ def test_a_full_artifact_disk_fails_the_card_run_and_the_exit_status(tmp_path, f
     assert sorted(r.info.status for r in _kind(runs, keys.KIND_RERUN)) == ["FINISHED"] * 3
     assert [r.info.status for r in _kind(runs, keys.KIND_CARD)] == ["FAILED"]
     assert not [r for r in runs if r.info.status == "RUNNING"]
+
+
+KILLING_APP = '''
+import os, signal, time
+import hydra
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg):
+    if cfg.seed == 1:  # the out-of-memory killer takes this worker
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(1)
+    return 0.9
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_killed_joblib_worker_leaves_nothing_running(tmp_path, store):
+    """Hydra's joblib launcher ends its pool when a worker is killed and raises: the sweep cannot
+    go on (``hydra/launcher=local_parallel`` does), but the store is left true: the killed rerun
+    KILLED, the parent FAILED with the reason, nothing RUNNING, and a non-zero exit."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    app = _app(tmp_path, KILLING_APP)
+    proc = _run(app, ["-m", "seed=range(4)", *PLUGIN, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                      f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert proc.returncode != 0
+    assert "stopped before its end" in proc.stderr
+    _, runs = _runs(store)
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    (parent,) = _kind(runs, keys.KIND_SWEEP)
+    assert parent.info.status == "FAILED" and "stopped before its end" in parent.data.tags[keys.TAG_ERROR]
+    killed = [r for r in _kind(runs, keys.KIND_RERUN) if r.data.tags[keys.TAG_SEED] == "1"]
+    assert [r.info.status for r in killed] == ["KILLED"]

@@ -23,6 +23,7 @@ process exits with status 1 after the card when any rerun failed.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
@@ -230,6 +231,7 @@ class RecipeAuditCallback(Callback):
         if sweep is None:
             sweep = tracking.start_sweep(store, seeds, sweep_dir, overrides)
         self.sweep = sweep
+        atexit.register(self._abandoned)
         self._progress = _Progress(os.getpid(), len(_launched_seeds(config, self.seed_key, sweep))
                                    * (_n_recipes(config, self.seed_key) or 1))
         from ..uris import mask_credentials
@@ -243,6 +245,30 @@ class RecipeAuditCallback(Callback):
 
         gc.collect()
         gc.freeze()
+
+    def _abandoned(self) -> None:
+        """At exit, a sweep that never reached its end (a launcher that raised, as joblib's does
+        when a worker is killed; Ctrl-C; a job that stopped the sweep) is recorded as such: its
+        parent FAILED with the reason and its reruns whose process is gone KILLED, so nothing is
+        left RUNNING. Normal ends clear ``self.sweep`` first."""
+        sweep, self.sweep = self.sweep, None
+        if sweep is None:
+            return
+        from .. import tracking
+
+        try:
+            closed = tracking.close_dead_reruns(sweep, only_dead_processes=True)
+            if tracking.sweep_running(sweep):
+                tracking.end_sweep(sweep, "FAILED", error=(
+                    "the sweep stopped before its end (its launcher raised, a job stopped it, or it was "
+                    "interrupted); no card was computed for it"))
+                print(f"recipe_audit: sweep {sweep.sweep_id} stopped before its end: its parent run is "
+                      f"recorded FAILED and {len(closed)} unfinished rerun(s) KILLED; relaunch with resume=true "
+                      "to run the seeds left (hydra/launcher=local_parallel goes on when a worker is killed, "
+                      "where joblib's pool stops).", file=sys.stderr)
+            tracking.checkpoint_store(sweep.tracking_uri)
+        except Exception:  # noqa: BLE001 - at exit, with the store perhaps gone: nothing more to do
+            pass
 
     def _unfinished_seeds(self, store, sweep, config: DictConfig) -> list[int]:
         """The planned seeds not yet finished for every recipe of the sweep. A seed is finished for
