@@ -1,0 +1,281 @@
+"""The Python API: the calls a notebook needs, thin typed wrappers over the command line's code.
+
+``import recipe_audit`` gives them (imported on first use, so the import stays fast):
+
+* :func:`bound` and :func:`verdict`: the card's statistics for ``k`` failures in ``N`` reruns;
+* :func:`card`: the recipe card of the reruns in an MLflow experiment (``recipe-audit card``);
+* :func:`card_from_runs`: the card of a table of runs (a pandas DataFrame: your own results, or
+  ``mlflow.search_runs(...)``), no tracking store needed;
+* :func:`attach` and :func:`gate`: cards on a registered model version and the release gate
+  (``recipe-audit attach`` / ``gate``).
+
+Every call raises ``ValueError`` (a subclass naming what is wrong, in one sentence) on bad input.
+
+>>> import recipe_audit
+>>> b = recipe_audit.bound(6, 59)
+>>> round(b.upper, 3), b.sample_floor, b.verdict
+(0.172, 22, 'unsupported')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .registry import AttachResult, GateResult
+    from .stats.exact import TailBound
+
+__all__ = ["Card", "attach", "bound", "card", "card_from_runs", "gate", "verdict"]
+
+DEFAULT_TAUS = (0.7,)
+
+
+def bound(failures: int, reruns: int, eps: float = 0.10, delta: float = 0.10) -> TailBound:
+    """The exact bounds on the probability that the next rerun fails, for ``failures`` (k)
+    failed reruns out of ``reruns`` (N): the one-sided Clopper–Pearson upper bound ``upper`` (U)
+    and lower bound ``lower`` (L) at confidence 1 − δ, the sample floor ``sample_floor`` (N_min,
+    the fewest reruns that can certify the failure budget ε at all), the ``verdict`` and
+    ``more_clean_reruns_needed``. ``recipe-audit bound`` prints the same.
+
+    >>> b = bound(0, 22)
+    >>> round(b.upper, 4), b.verdict
+    (0.0994, 'release-supported')
+    >>> bound(0, 21).verdict            # below the sample floor: nothing is certified
+    'insufficient-evidence'
+    >>> bound(6, 59).more_clean_reruns_needed     # clean reruns that would make it supported
+    45
+    """
+    from .stats.exact import tail_bound
+
+    return tail_bound(failures, reruns, eps, delta)
+
+
+def verdict(failures: int, reruns: int, eps: float = 0.10, delta: float = 0.10) -> str:
+    """The card's verdict for ``failures`` of ``reruns``: ``release-supported`` (U ≤ ε and N ≥
+    N_min), ``unsupported``, ``strong-unsupported`` (even L > ε) or ``insufficient-evidence``
+    (N < N_min).
+
+    >>> verdict(1, 38), verdict(2, 38), verdict(12, 30)
+    ('release-supported', 'unsupported', 'strong-unsupported')
+    """
+    from .stats.exact import verdict as _verdict
+
+    return _verdict(failures, reruns, eps, delta)
+
+
+@dataclass(frozen=True)
+class Card:
+    """A recipe card: ``doc`` is the card document (what ``card.json`` holds, validated against
+    the JSON Schema ``recipe_audit/schemas/recipe_card.v1.json``). In a notebook the card shows
+    as its Markdown."""
+
+    doc: dict[str, Any]
+
+    @property
+    def cells(self) -> list[dict[str, Any]]:
+        """One entry per cell (recipe, group, audit set) and τ: ``n_reruns``, ``n_failures``,
+        ``upper_bound``, ``lower_bound``, ``verdict``, ``rules``, ``reason``, ..."""
+        return self.doc["cells"]
+
+    @property
+    def verdict(self) -> str:
+        """The verdict of a card with one cell at one τ (else ``ValueError``: read :attr:`cells`)."""
+        if len(self.cells) != 1:
+            raise ValueError(f"This card has {len(self.cells)} entries (cells × τ); read .cells or .table().")
+        return self.cells[0]["verdict"]
+
+    def table(self) -> pd.DataFrame:
+        """The verdicts as a DataFrame, one row per cell and τ."""
+        import pandas as pd
+
+        cols = ("label", "audit_set", "tau", "n_reruns", "n_failures", "upper_bound", "lower_bound", "verdict")
+        return pd.DataFrame([{c: e.get(c) for c in cols} for e in self.cells], columns=list(cols))
+
+    def markdown(self) -> str:
+        """The card for people, as ``card.md`` has it (without the pictures)."""
+        from .cards.render import to_markdown
+
+        return to_markdown(self.doc)
+
+    def _repr_markdown_(self) -> str:  # Jupyter
+        return self.markdown()
+
+    def save(self, directory: str | Path) -> dict[str, Path]:
+        """Write the card's files (``card.json``, ``card.md``, ``card.html``, the plots) into
+        ``directory``; returns them by kind."""
+        from .cards.store import render_files
+
+        return render_files(self.doc, Path(directory))
+
+
+def _options(taus: Sequence[float], eps: float, delta: float, higher_is_better: bool, unfinished: str):
+    from .cards.build import CardOptions
+
+    if isinstance(taus, (int, float)):
+        taus = (taus,)
+    return CardOptions(taus=tuple(float(t) for t in taus), eps=eps, delta=delta,
+                       higher_is_better=higher_is_better, unfinished=unfinished)
+
+
+def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[float] = DEFAULT_TAUS,
+         eps: float = 0.10, delta: float = 0.10, tracking_uri: str | None = None,
+         seed_key: str | None = None, group_by: Sequence[str] = (), higher_is_better: bool = True,
+         unfinished: str = "fail", recipe_id: str | None = None, sweep_id: str | None = None,
+         planned_seeds: Sequence[int] | None = None) -> Card:
+    """The recipe card of the reruns in MLflow experiment ``experiment`` (``recipe-audit card``,
+    without writing or logging anything).
+
+    ``metric`` defaults to recipe_audit's own ``accuracy/calibration``; ``seed_key`` to the
+    ``recipe_audit.seed`` tag of its reruns. For runs your own code logged, name your keys
+    MLflow-style: ``card("my-exp", "val_acc", seed_key="params.seed")``. ``tracking_uri``
+    defaults to ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``.
+
+    >>> import tempfile, mlflow
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> uri = f"sqlite:///{tmp.name}/mlflow.db"
+    >>> client = mlflow.MlflowClient(uri)
+    >>> exp = client.create_experiment("mine", artifact_location=f"{tmp.name}/artifacts")
+    >>> for seed in range(30):          # 30 runs of your own training code, one collapsed
+    ...     run_id = client.create_run(exp).info.run_id
+    ...     client.log_batch(run_id, params=[mlflow.entities.Param("seed", str(seed))],
+    ...                      metrics=[mlflow.entities.Metric("val_acc", 0.5 if seed == 7 else 0.9, 0, 0)])
+    ...     client.set_terminated(run_id)
+    >>> c = card("mine", "val_acc", seed_key="params.seed", tracking_uri=uri)
+    >>> e = c.cells[0]
+    >>> (e["n_failures"], e["n_reruns"], round(e["upper_bound"], 3), e["verdict"])
+    (1, 30, 0.124, 'unsupported')
+    >>> tmp.cleanup()
+    """
+    from . import keys
+    from .cards.compute import CardRequest, compute_cards
+    from .tracking import resolve_tracking_uri
+
+    opts = _options(taus, eps, delta, higher_is_better, unfinished)
+    req = CardRequest(experiment=experiment, metric=metric or keys.DEFAULT_METRIC,
+                      tracking_uri=resolve_tracking_uri(tracking_uri),
+                      seed_key=seed_key or "tags." + keys.TAG_SEED, group_by=tuple(group_by),
+                      recipe_id=recipe_id, sweep_id=sweep_id,
+                      planned_seeds=None if planned_seeds is None else tuple(planned_seeds))
+    return Card(compute_cards(req, opts))
+
+
+def _column(frame: pd.DataFrame, name: str, what: str, prefixes: Sequence[str]) -> str:
+    for candidate in (name, *(p + name for p in prefixes)):
+        if candidate in frame.columns:
+            return candidate
+    cols = sorted(map(str, frame.columns), key=lambda c: (what.split()[0] not in c.lower(), c))
+    shown = ", ".join(repr(c) for c in cols[:8]) + (f" and {len(cols) - 8} more" if len(cols) > 8 else "")
+    raise ValueError(f"The runs have no {what} column {name!r}; their columns are {shown}.")
+
+
+def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
+                   taus: float | Sequence[float] = DEFAULT_TAUS, eps: float = 0.10, delta: float = 0.10,
+                   group_by: Sequence[str] = (), higher_is_better: bool = True, unfinished: str = "fail",
+                   planned_seeds: Sequence[int] | None = None) -> Card:
+    """The recipe card of a table of runs, one row per run: no tracking store needed.
+
+    ``metric`` and ``seed`` name columns (``val_acc`` also finds ``metrics.val_acc``, ``seed``
+    also ``params.seed``, as ``mlflow.search_runs`` names them). Optional columns: ``status``
+    (MLflow's; a run that is not ``FINISHED`` is unfinished and counts as a failure, as does a
+    missing or NaN metric), ``run_id``, ``start_time`` (which rerun of a seed run twice is the
+    latest). Rows with equal ``group_by`` values are one cell; a seed run more than once counts
+    its worst result. ``planned_seeds``: seeds that should have run (a missing one counts as a
+    failure).
+
+    >>> import pandas as pd
+    >>> runs = pd.DataFrame({"seed": range(59), "accuracy": [0.5] * 6 + [0.85] * 53})
+    >>> c = card_from_runs(runs, "accuracy")
+    >>> e = c.cells[0]
+    >>> (e["n_failures"], e["n_reruns"], round(e["upper_bound"], 3), c.verdict)
+    (6, 59, 0.172, 'unsupported')
+    >>> e["rules"]["mean"], e["rules"]["card"]      # the mean ships; the card does not
+    (True, False)
+    >>> card_from_runs(runs, "accuracy", taus=[0.4, 0.7]).table()[["tau", "n_failures", "verdict"]]
+       tau  n_failures            verdict
+    0  0.4           0  release-supported
+    1  0.7           6        unsupported
+    """
+    import numpy as np
+    import pandas as pd
+
+    from .cards.build import build_document, cell_from_rerun_set
+    from .query import collect_reruns
+
+    if not isinstance(runs, pd.DataFrame):
+        raise ValueError(f"runs must be a pandas DataFrame, not {type(runs).__name__}.")
+    if runs.empty:
+        raise ValueError("There are no runs to make a card from.")
+    metric_col = _column(runs, metric, "metric", ("metrics.",))
+    seed_col = _column(runs, seed, "seed", ("params.", "tags."))
+    groups = [_column(runs, g, "group", ("params.", "tags.")) for g in group_by]
+    values = pd.to_numeric(runs[metric_col], errors="coerce").to_numpy(dtype=float)
+    name = metric_col.removeprefix("metrics.")  # how the card names the metric
+    n = len(runs)
+    start = runs["start_time"] if "start_time" in runs.columns else pd.Series(range(n))
+    if pd.api.types.is_datetime64_any_dtype(start):
+        start = start.map(lambda t: None if pd.isna(t) else int(t.timestamp() * 1000))
+    frame = pd.DataFrame({
+        "run_id": runs["run_id"].astype(str).to_numpy() if "run_id" in runs.columns else [f"row{i}" for i in range(n)],
+        "status": runs["status"].to_numpy() if "status" in runs.columns else ["FINISHED"] * n,
+        "start_time": pd.array(list(start), dtype="Int64"),
+        "seed": runs[seed_col].to_numpy(dtype=object),
+        "recipe_id": [None] * n,
+        name: values,
+        f"logged[{name}]": ~np.isnan(values),
+        **{g: runs[g].to_numpy(dtype=object) for g in groups},
+    })
+    opts = _options(taus, eps, delta, higher_is_better, unfinished)
+    sets = collect_reruns(frame, name, higher_is_better=higher_is_better, group_by=groups,
+                          planned_seeds=None if planned_seeds is None else tuple(planned_seeds))
+    cells = [cell_from_rerun_set(rs, "") for rs in sets]
+    source = {"experiment": None, "metric": name, "seed_key": seed_col, "group_by": groups,
+              "read_path": "dataframe", "planned_seeds": None if planned_seeds is None else list(planned_seeds)}
+    return Card(build_document(cells, opts, source))
+
+
+def _uri(tracking_uri: str | None) -> str:
+    from .tracking import resolve_tracking_uri
+
+    return resolve_tracking_uri(tracking_uri)
+
+
+def attach(model_name: str, card: Card | dict[str, Any] | str | Path, *, version: str | int | None = None,
+           run_id: str | None = None, tracking_uri: str | None = None, audits: Sequence[str] = (),
+           taus: Sequence[float] = (), recipe_id: str | None = None, set_alias: str | None = None) -> AttachResult:
+    """Attach ``card`` (a :class:`Card`, a card document, or a path or artifact URI of
+    ``card.json``) to version ``version`` of registered model ``model_name``, or register the model
+    rerun ``run_id`` logged as a new version first (``recipe-audit attach``). The card must verify
+    against the tracking store; ``audits``, ``taus`` and ``recipe_id`` narrow the cells attached.
+    Returns what was attached (``.version``, ``.cards``, ``.card_run_ids``)."""
+    from .registry import attach as _attach
+
+    uri = _uri(tracking_uri)
+    files = None
+    if isinstance(card, (str, Path)):
+        from .cards.verify import read_card
+
+        files = read_card(str(card), uri)
+        doc = files.doc
+    else:
+        doc = card.doc if isinstance(card, Card) else card
+    return _attach(uri, model_name, doc, version=None if version is None else str(version), run_id=run_id,
+                   audits=list(audits), taus=list(taus), recipe_id=recipe_id, set_alias=set_alias, card=files)
+
+
+def gate(model_name: str, *, version: str | int | None = None, alias: str | None = None,
+         audit: str | None = None, tau: float | None = None, max_eps: float | None = None,
+         max_delta: float | None = None, tracking_uri: str | None = None) -> GateResult:
+    """The release gate (``recipe-audit gate``): ``.passed`` is True only when the version (or
+    the one ``alias`` points at) carries a ``release-supported`` card for ``audit`` and ``tau``,
+    computed within the release policy (ε ≤ ``max_eps``, δ ≤ ``max_delta``; default: the
+    registered model's policy tags, else 0.1 each), that still verifies against the tracking
+    store. ``.outcome`` and ``.message`` say why not."""
+    from .registry import gate as _gate
+
+    return _gate(_uri(tracking_uri), model_name, version=None if version is None else str(version), alias=alias,
+                 audit=audit, tau=tau, max_eps=max_eps, max_delta=max_delta)
