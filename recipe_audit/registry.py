@@ -47,7 +47,8 @@ from . import keys, stats
 
 CARD_FIELDS = ("verdict", "upper_bound", "lower_bound", "n_reruns", "n_failures", "tau", "eps", "delta",
                "audit_set", "metric", "recipe_id", "recipe", "reason", "card_uri", "card_digest",
-               "reruns_digest", "experiment", "source_run_in_card", "attached")
+               "reruns_digest", "experiment", "source_run_in_card", "attached", "reading", "family_size",
+               "family_verdict", "family_upper_bound", "family_members")
 TAG_ATTACHED_TO = keys.PREFIX + "attached_to"
 # descriptions written before the cards' section began with its table kept their section after this line
 DESCRIPTION_MARKER = "<!-- recipe_audit cards: written by recipe-audit attach; text above this line is kept -->"
@@ -248,7 +249,31 @@ def _card_fields(e: dict[str, Any], card_uri: str, card_digest: str, source_run_
         "source_run_in_card": str(any(r["run_id"] == source_run_id for r in e["reruns"])).lower()
         if source_run_id else "false",
         "attached": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **_family_fields(e, num),
     }
+
+
+def _family_fields(e: dict[str, Any], num) -> dict[str, str]:
+    """The family a cell was chosen from, as tags: its size M, the family-wise verdict and bound
+    and the recipe identities counted (a card of one recipe: M = 1, the pointwise reading)."""
+    fam = e.get("family")
+    if not fam:
+        return {"reading": e.get("reading") or "fixed-n", "family_size": "1", "family_verdict": e["verdict"],
+                "family_upper_bound": num(e["upper_bound"]), "family_members": str(e["recipe_id"] or "")}
+    members = ",".join(str(x) for x in fam.get("recipe_ids") or [] if x)
+    if len(members) > 4000:  # MLflow's tag values end at 8,000 characters; the card holds the whole family
+        members = members[:4000].rsplit(",", 1)[0] + ",..."
+    return {"reading": e.get("reading") or "fixed-n", "family_size": str(fam["size"]),
+            "family_verdict": fam["verdict"], "family_upper_bound": num(fam["upper_bound"]),
+            "family_members": members}
+
+
+def family_includes(f: dict[str, str]) -> bool:
+    """Whether an attached card's family includes the card's own recipe (a card attached before
+    families were recorded has no family: it is its own)."""
+    members = [m for m in (f.get("family_members") or "").split(",") if m and m != "..."]
+    rid = f.get("recipe_id") or ""
+    return not members or not rid or rid in members or (f.get("family_members") or "").endswith(",...")
 
 
 def attached_cards(tags: dict[str, str]) -> dict[str, dict[str, str]]:
@@ -410,6 +435,11 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
                             f"so the card cannot be kept beside its reruns.")
     if set_alias is not None and (not set_alias or set_alias.isdigit()):
         raise RegistryError(f"An alias must be a name, not '{set_alias}'.")
+    for e in cells:
+        fam = e.get("family")
+        if fam and e.get("recipe_id") and e["recipe_id"] not in (fam.get("recipe_ids") or []):
+            raise RegistryError(f"The card's family of {fam['size']} recipes does not include the recipe being "
+                                f"attached ({e['recipe_id']}); nothing was attached.")
     check_card(doc, cells, tracking_uri, card)
 
     # ---- writes, undone on failure
@@ -568,7 +598,7 @@ class GateResult:
 
 def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alias: str | None = None,
          audit: str | None = None, tau: float | None = None, max_eps: float | None = None,
-         max_delta: float | None = None) -> GateResult:
+         max_delta: float | None = None, pointwise: bool = False) -> GateResult:
     """Whether version ``version`` (or the one ``alias`` names) of ``model_name`` may be released on
     audit set ``audit`` at ``tau`` (default: every τ attached for that audit set): passes only when
     each such card is ``release-supported``, was computed at an ε and δ within the release policy
@@ -576,7 +606,13 @@ def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alia
     Markdown and plots) still verifies against the tracking store. Without ``audit``, the audit set
     of the version's cards when they are of one. Bad input (an unknown model, version or alias, a
     bad policy value, no ``audit`` for a version with cards of several audit sets) raises
-    ``RegistryError``."""
+    ``RegistryError``.
+
+    A card computed over several recipe identities (a grid) carries the family the recipe was
+    chosen from: the gate decides on the family-wise verdict, which holds whichever recipe of the
+    family was shipped; ``pointwise=True`` reads the pointwise verdict instead, for a recipe that
+    was fixed before the sweep (the others were not candidates). A card whose family does not
+    include its own recipe raises ``RegistryError``."""
     from .cards.build import CardError
     from .cards.verify import cell_key, read_card, verify_card
 
@@ -613,8 +649,16 @@ def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alia
         for_audit = at
     for_audit.sort(key=lambda f: float(f["tau"]))
     for f in for_audit:
-        v = f["verdict"]
+        if not pointwise and not family_includes(f):
+            raise RegistryError(f"The card of {what} on audit set '{audit}' at τ = {float(f['tau']):g} names a family "
+                                f"that does not include its own recipe {f.get('recipe_id')}: attach a card computed "
+                                f"with that recipe among the family.")
+    for f in for_audit:
+        m = int(f.get("family_size") or 1)
+        v = f["verdict"] if pointwise or m <= 1 else f.get("family_verdict") or f["verdict"]
         at = f"audit set '{audit}' at τ = {float(f['tau']):g}"
+        if m > 1 and not pointwise:
+            at += f" (family-wise: the recipe was one of M = {m} identities; --pointwise reads {f['verdict']})"
         if v != stats.SUPPORTED:
             outcome = {stats.REFUSED_SHIFT: REFUSED_SHIFT, stats.INSUFFICIENT: INSUFFICIENT}.get(v, UNSUPPORTED)
             return result(False, outcome, f"{what} is {v} on {at}: {f.get('reason', '').rstrip('.')}.", for_audit)
@@ -650,6 +694,13 @@ def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alia
                                         f"{first.kind}: {first.message}{more}.", for_audit, checks)
     taus = ", ".join(f"{float(f['tau']):g}" for f in for_audit)
     f0 = for_audit[0]
+    m0 = int(f0.get("family_size") or 1)
+    if m0 > 1 and not pointwise and f0.get("family_upper_bound"):
+        return result(True, PASS, f"{what} is release-supported family-wise (chosen from M = {m0} recipe identities) "
+                                  f"on audit set '{audit}' at τ = {taus} ({f0['n_failures']}/{f0['n_reruns']} reruns "
+                                  f"failed, U at δ/M = {float(f0['family_upper_bound']):.3f} <= ε = {float(f0['eps']):g}, "
+                                  f"within the release policy), and its card verifies against the tracking store.",
+                      for_audit, checks)
     return result(True, PASS, f"{what} is release-supported on audit set '{audit}' at τ = {taus} "
                               f"({f0['n_failures']}/{f0['n_reruns']} reruns failed, U = {float(f0['upper_bound']):.3f} "
                               f"<= ε = {float(f0['eps']):g}, within the release policy), and its card verifies "
@@ -669,6 +720,12 @@ def _tag_mismatch(f: dict[str, str], entry: dict[str, Any] | None, doc: dict[str
     for name, tag, card in checks:
         if tag != card:
             return f"{name}: tag {tag!r}, card {card!r}"
+    if f.get("family_verdict") is not None:
+        fam = entry.get("family") or {}
+        card_fv = fam.get("verdict", entry["verdict"])
+        if f["family_verdict"] != card_fv or str(f.get("family_size") or "1") != str(fam.get("size", 1)):
+            return (f"family: tag {f.get('family_size')} / {f['family_verdict']!r}, card "
+                    f"{fam.get('size', 1)} / {card_fv!r}")
     for name in ("upper_bound", "lower_bound", "eps", "delta", "tau"):
         tag, card = f.get(name, ""), entry[name]
         if (card is None) != (tag == "") or (card is not None and not math.isclose(float(tag), card, rel_tol=1e-12)):

@@ -73,6 +73,10 @@ def register(subparsers) -> dict:
     g.add_argument("--max-delta", type=finite, default=None, metavar="DELTA",
                    help="release policy: the largest δ a card may have (default: the registered model's tag "
                         "recipe_audit.policy.max_delta, else 0.1)")
+    g.add_argument("--pointwise", action="store_true",
+                   help="decide on the pointwise verdict even when the card was computed over several recipe "
+                        "identities; right only for a recipe fixed before the sweep (by default the gate reads the "
+                        "family-wise verdict, which holds whichever recipe of the family was chosen)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     _uri_option(g)
 
@@ -101,8 +105,10 @@ def cmd_attach(a: argparse.Namespace) -> int:
           + (f" (alias '{a.set_alias}')" if a.set_alias else "") + ":")
     for c in res.cards:
         u = f"{float(c['upper_bound']):.3f}" if c["upper_bound"] else "—"
+        fam = (f"; family-wise {c['family_verdict']} among M = {c['family_size']}"
+               if int(c.get("family_size") or 1) > 1 else "")
         print(f"  {c['audit_set']} τ = {float(c['tau']):g}: {c['verdict']} "
-              f"({c['n_failures'] or '—'}/{c['n_reruns']}, U = {u}) -> {c['card_uri']}")
+              f"({c['n_failures'] or '—'}/{c['n_reruns']}, U = {u}{fam}) -> {c['card_uri']}")
     return 0
 
 
@@ -111,7 +117,7 @@ def cmd_gate(a: argparse.Namespace) -> int:
 
     uri = _open(a.tracking_uri)
     res = gate(uri, a.model_name, version=a.version, alias=a.alias, audit=a.audit, tau=a.tau,
-               max_eps=a.max_eps, max_delta=a.max_delta)
+               max_eps=a.max_eps, max_delta=a.max_delta, pointwise=a.pointwise)
     if a.json:
         print(json.dumps(res.to_dict()))
     if res.passed:

@@ -92,7 +92,7 @@ def test_attach_registers_the_logged_model_and_tags_every_card(copy, capsys):
     assert cal == "release-supported"
     stem = "recipe_audit.card.shift_x.tau_0.7"
     assert mv.tags[stem + ".verdict"] == "strong-unsupported"
-    assert (mv.tags[stem + ".n_reruns"], mv.tags[stem + ".n_failures"]) == ("22", "8")
+    assert (mv.tags[stem + ".n_reruns"], mv.tags[stem + ".n_failures"]) == ("29", "10")
     assert mv.tags[stem + ".recipe_id"] == GOOD and mv.tags[stem + ".source_run_in_card"] == "true"
     for name in ("upper_bound", "tau", "eps", "delta", "audit_set", "card_uri", "card_digest"):
         assert mv.tags[f"{stem}.{name}"]
@@ -102,7 +102,7 @@ def test_attach_registers_the_logged_model_and_tags_every_card(copy, capsys):
     assert mv.description.startswith(registry.DESCRIPTION_HEADER + "\n|---") and "shift_x" in mv.description
     assert "<!--" not in mv.description and "](#/experiments/" in mv.description
     assert mv.description.index("](#/experiments/") < mv.description.index("# Recipe card")
-    assert mv.tags[stem] == "strong-unsupported · 8/22 failed τ 0.7 · U " + \
+    assert mv.tags[stem] == "strong-unsupported · 10/29 failed τ 0.7 · U " + \
         f"{float(mv.tags[stem + '.upper_bound']):.3f} > ε 0.1"
     assert sorted(k for k in mv.tags if k.startswith(stem))[0] == stem
     assert len(mv.description) <= registry.MAX_DESCRIPTION
@@ -160,6 +160,7 @@ def test_gate_fails_when_tags_were_edited(copy, capsys):
     assert _attach_from_run(uri, world, capsys)[0] == 0
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     client.set_model_version_tag("clf", "1", "recipe_audit.card.shift_x.tau_0.7.verdict", "release-supported")
+    client.set_model_version_tag("clf", "1", "recipe_audit.card.shift_x.tau_0.7.family_verdict", "release-supported")
     rc, _, err = run_cli(["gate", "--model-name", "clf", "--version", "1", "--audit", "shift_x",
                           "--tau", "0.7", "--tracking-uri", uri], capsys)
     assert rc == 1 and "do not match the card" in err and "verdict" in err
@@ -332,8 +333,12 @@ def test_seed_shopping_does_not_pass_the_gate(copy, capsys):
     rc, out, err = run_cli(["attach", "--model-name", "shop", "--run-id", runs[0], "--card", "shop.json",
                             "--tracking-uri", uri], capsys)
     assert rc == 0, err
-    rc, _, err = run_cli(["gate", "--model-name", "shop", "--version", "1", "--tracking-uri", uri], capsys)
+    rc, _, err = run_cli(["gate", "--model-name", "shop", "--version", "1", "--tracking-uri", uri, "--pointwise"],
+                         capsys)
     assert rc == 1 and "FAIL (unsupported)" in err and "1 of 25 reruns failed" in err and err.count("\n") == 1
+    # by default the gate reads the family-wise verdict: the experiment holds M = 3 recipe identities
+    rc, _, err = run_cli(["gate", "--model-name", "shop", "--version", "1", "--tracking-uri", uri], capsys)
+    assert rc == 1 and "FAIL (insufficient-evidence)" in err and "M = 3" in err and err.count("\n") == 1
 
 
 def test_the_gate_refuses_a_card_looser_than_the_release_policy(copy, capsys):
@@ -364,7 +369,7 @@ def test_the_gate_refuses_a_card_looser_than_the_release_policy(copy, capsys):
     client.set_registered_model_tag("loose", registry.TAG_POLICY_MAX_EPS, "lots")
     rc, _, err = run_cli(gate, capsys)
     assert rc == 2 and "tag recipe_audit.policy.max_eps of model 'loose'" in err and err.count("\n") == 1
-    # ε = 0.2, δ = 0.1 on the 22 GOOD reruns (release-supported): tags set the policy, flags win over tags
+    # ε = 0.2, δ = 0.1 on the 29 GOOD reruns (release-supported): tags set the policy, flags win over tags
     (e,) = _card_file(uri, tmp / "eps.json", GOOD, eps=0.2)["cells"]
     assert e["verdict"] == "release-supported"
     assert run_cli(["attach", "--model-name", "pol", "--run-id", world.runs[("good", 0)], "--card", "eps.json",
@@ -485,3 +490,40 @@ def test_a_card_of_the_users_own_metric_gates_without_audit(copy, capsys):
     assert client.get_model_version("byo-clf", "1").tags["recipe_audit.card.val_acc.tau_0.7.audit_set"] == "val_acc"
     rc, out, err = run_cli(["gate", "--model-name", "byo-clf", "--version", "1", "--tracking-uri", uri], capsys)
     assert rc == 0 and "release-supported on audit set 'val_acc'" in out, err
+
+
+def test_attach_records_the_family_and_the_gate_reads_the_family_wise_verdict(copy, capsys):
+    """The world's card covers two recipe identities: attach records the family on the version; the
+    gate passes GOOD on the family-wise verdict (29 clean reruns, the floor at δ/2). A card that
+    states a family of 10 (floor 44) is release-supported pointwise only: the gate refuses it by
+    default and passes it with --pointwise (a recipe fixed before the sweep)."""
+    from recipe_audit.cards.build import CardOptions
+    from recipe_audit.cards.compute import CardRequest, compute_cards
+    from recipe_audit.cards.store import write_json
+
+    world, uri, tmp = copy
+    assert _attach_from_run(uri, world, capsys)[0] == 0
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    stem = keys.card_tag_stem("calibration", 0.7)
+    tags = client.get_model_version("clf", "1").tags
+    assert tags[stem + ".family_size"] == "2" and tags[stem + ".family_verdict"] == "release-supported"
+    assert sorted(tags[stem + ".family_members"].split(",")) == sorted([GOOD, BAD])
+    rc, out, err = run_cli(["gate", "--model-name", "clf", "--version", "1", "--audit", "calibration", "--tau",
+                            "0.7", "--tracking-uri", uri], capsys)
+    assert rc == 0 and "family-wise (chosen from M = 2 recipe identities)" in out, err
+    doc = compute_cards(CardRequest(experiment=EXP, tracking_uri=uri, recipe_id=GOOD),
+                        CardOptions(taus=(0.7,), family_size=10))
+    write_json(doc, tmp / "ten.json")
+    (e,) = doc["cells"]
+    assert e["verdict"] == "release-supported" and e["family"]["verdict"] == "insufficient-evidence"
+    assert run_cli(["attach", "--model-name", "ten", "--run-id", world.runs[("good", 0)], "--card", "ten.json",
+                    "--tracking-uri", uri], capsys)[0] == 0
+    gate = ["gate", "--model-name", "ten", "--version", "1", "--tracking-uri", uri]
+    rc, _, err = run_cli(gate, capsys)
+    assert rc == 1 and "FAIL (insufficient-evidence)" in err and "M = 10" in err and err.count("\n") == 1
+    rc, out, err = run_cli([*gate, "--pointwise"], capsys)
+    assert rc == 0 and "PASS" in out, err
+    # a family that does not include the recipe being gated: one sentence, exit 2
+    client.set_model_version_tag("ten", "1", stem + ".family_members", BAD)
+    rc, _, err = run_cli(gate, capsys)
+    assert rc == 2 and "does not include its own recipe" in err and err.count("\n") == 1
