@@ -193,7 +193,8 @@ def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
     >>> e = c.cells[0]
     >>> (e["n_failures"], e["n_reruns"], round(e["upper_bound"], 3), c.verdict)
     (6, 59, 0.172, 'unsupported')
-    >>> e["rules"]["mean"], e["rules"]["card"]      # the mean ships; the card does not
+    >>> rules = e["rules"]
+    >>> rules["mean"], rules["card"]      # the mean ships; the card does not
     (True, False)
     >>> card_from_runs(runs, "accuracy", taus=[0.4, 0.7]).table()[["tau", "n_failures", "verdict"]]
        tau  n_failures            verdict

@@ -139,3 +139,14 @@ def test_ci_api_card_attach_gate_round_trip(store):
     g = recipe_audit.gate("clf", version=1, tau=0.7)
     assert not g.passed and g.outcome == "unsupported"
     assert not recipe_audit.gate("clf", version=1, tau=0.4, max_eps=0.05).passed  # a stricter policy
+
+
+def test_the_docs_page_examples_run():
+    """docs/python_api.md shows real output: its examples run as doctests."""
+    import doctest
+
+    from helpers.app import REPO
+
+    res = doctest.testfile(str(REPO / "docs" / "python_api.md"), module_relative=False,
+                           optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert res.attempted >= 7 and res.failed == 0
