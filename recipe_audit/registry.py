@@ -300,11 +300,12 @@ def summary_tag(f: dict[str, str]) -> str:
 
 def card_run_link(card_uri: str, experiment_id: str | None) -> str:
     """A link to a card run's page in the MLflow UI, relative to the UI's own address (so it works
-    on any host the UI is served from): its artifacts, opened on ``card.html``."""
+    on any host the UI is served from): its artifacts, opened on ``card.html``, in the UI's
+    model-training view (see ``cards.store.ui_experiment_path``)."""
     run_id = card_uri.removeprefix("runs:/").split("/", 1)[0]
     if not experiment_id:
         return ""
-    return f"#/experiments/{experiment_id}/runs/{run_id}/artifacts/card.html"
+    return f"#/experiments/{experiment_id}/runs/{run_id}/artifacts/card.html?workflowType=machine_learning"
 
 
 def _find_section(previous: str) -> int:

@@ -77,6 +77,11 @@ def mlflow_ui(tmp_path):
     """``mlflow server`` on a free loopback port over a fresh SQLite store; yields (base URL, URI)."""
     (tmp_path / "store").mkdir()
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    from mlflow.tracking import MlflowClient
+
+    # MLflow's tables first, so the server (booting while the sweep runs) and the sweep do not
+    # both create them at once
+    MlflowClient(tracking_uri=uri).search_experiments()
     port = _free_port()
     log = open(tmp_path / "server.log", "w")
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host",
@@ -137,7 +142,7 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
 
         path = img / name
         page.screenshot(path=str(path))
-        Image.open(path).convert("RGB").quantize(colors=64).save(path, optimize=True)
+        Image.open(path).convert("RGB").quantize(colors=256).save(path, optimize=True)
 
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
@@ -156,18 +161,36 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
             shown = name.evaluate("e => [e.getBoundingClientRect().width, e.textContent]")
             assert shown[0] > 60 and shown[1].startswith("insufficient-evidence")
             _close_assistant(page)
+            # expanded, the sweep's row shows its reruns and its card run
+            name.locator("xpath=ancestor::*[@role='gridcell'][1]").locator("button").first.click()
+            names = page.locator("[role=gridcell][col-id='attributes.`Run Name`']")
+            page.get_by_text("train-seed4", exact=True).wait_for()
+            assert sum("card · recipe" in t for t in names.all_inner_texts()) == 2  # the sweep's and the attached
             shot(page, "mlflow_ui_runs.png")
+            # every rerun is tagged pass/fail at the card's τ: the search lists the one that failed
+            box = page.get_by_test_id("search-box")
+            box.fill("tags.`recipe_audit.fails_tau_0.7` = 'true'")
+            box.press("Enter")
+            page.get_by_text("2 matching runs").wait_for()  # the failing rerun and the sweep it is in
+            assert [t.split("\n")[-1] for t in names.all_inner_texts()] == [ids["sweep_name"], "train-seed2"]
+
+            # the sweep's run: its description is the summary of its card
+            page.goto(f"{base}/#/experiments/{ids['experiment_id']}/runs/{ids['sweep']}")
+            note = page.get_by_test_id("note-editor-preview-content").first
+            note.wait_for()
+            assert "insufficient-evidence" in note.inner_text() and "1/5" in note.inner_text()
 
             # 2. the card run: its description is the card; its artifacts open on card.html, histogram included
             page.goto(f"{base}/#/experiments/{ids['experiment_id']}/runs/{ids['card_run']}")
-            page.get_by_text("Recipe card", exact=True).first.wait_for()
+            page.get_by_test_id("note-editor-preview-content").get_by_text("Recipe card", exact=True).wait_for()
             assert "· val_accuracy · τ 0.7 · " in page.content() and "· attached to clf/1" in page.content()
-            page.goto(f"{base}/#/experiments/{ids['experiment_id']}/runs/{ids['card_run']}/artifacts/card.html")
+            page.goto(f"{base}/#/experiments/{ids['experiment_id']}/runs/{ids['card_run']}/artifacts/card.html"
+                      "?workflowType=machine_learning")
             frame = page.frame_locator("iframe").first
             frame.locator("h1", has_text="Recipe card").wait_for()
-            img = frame.locator("img").first
-            img.wait_for()
-            src, width = img.evaluate("i => [i.getAttribute('src').slice(0, 22), i.naturalWidth]")
+            hist = frame.locator("img").first
+            hist.wait_for()
+            src, width = hist.evaluate("i => [i.getAttribute('src').slice(0, 22), i.naturalWidth]")
             assert src == "data:image/png;base64," and width > 300  # the histogram, decoded and drawn
             _close_assistant(page)
             shot(page, "mlflow_ui_card.png")
@@ -185,7 +208,7 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
             shot(page, "mlflow_ui_model_version.png")
             link = desc.get_by_role("link", name="card run").first
             assert link.get_attribute("href") == (f"#/experiments/{ids['experiment_id']}/runs/{ids['card_run']}"
-                                                  "/artifacts/card.html")
+                                                  "/artifacts/card.html?workflowType=machine_learning")
             with context.expect_page() as opened:  # the link opens the card in a new tab
                 link.click()
             card_page = opened.value
