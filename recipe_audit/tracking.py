@@ -146,9 +146,14 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
         raise TrackingError(f"Cannot use the tracking store {uri}: {_one_line(exc)}") from None
     store = Store(uri, exp_id, experiment_name)
     _STORES[key] = store
-    if uri.startswith("sqlite:///"):
+    if uri.startswith("sqlite:///") and uri not in _SQLITE_FILES:
         st = os.stat(uri[len("sqlite:///"):])
-        _SQLITE_FILES.setdefault(uri, (st.st_dev, st.st_ino))
+        _SQLITE_FILES[uri] = (st.st_dev, st.st_ino)
+        # a process that wrote through the log folds it back as it exits, so the database file
+        # alone is whole once no one writes (a copy of mlflow.db, an archive)
+        import atexit
+
+        atexit.register(checkpoint_store, uri)
     return store
 
 
