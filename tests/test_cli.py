@@ -96,6 +96,13 @@ def test_card_runs_only_when_asked_and_never_twice(store, capsys):
     assert rc == 0 and "Logged 1 card run(s)" in out
     names = [r.info.run_name for r in _card_runs(store)]
     assert len(names) == 2 == len(set(names)) and "None" not in " ".join(names)
+    # each rerun of a logged card is tagged pass/fail at its τ: a search lists the failures
+    c = MlflowClient(store)
+    exp = c.get_experiment_by_name("exp").experiment_id
+    failed = c.search_runs([exp], "tags.`recipe_audit.fails.accuracy/calibration.tau_0.8` = 'true'")
+    passed = c.search_runs([exp], "tags.`recipe_audit.fails.accuracy/calibration.tau_0.8` = 'false'")
+    assert sorted(int(r.data.tags[keys.TAG_SEED]) for r in failed) == list(range(0, 30, 5))
+    assert len(passed) == 24 and all(r.data.metrics["accuracy/calibration"] == 0.9 for r in passed)
 
 
 def test_bring_your_own_runs(tmp_path, store, capsys):

@@ -289,4 +289,33 @@ def log_cell_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str, 
             client.set_terminated(rid, "FAILED")
             raise
         out.append(LoggedCard(rid, digest))
+        tag_reruns_at_bars(client, entries)
     return out
+
+
+def rerun_bar_tags(entries: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Per rerun (run id) of one cell, ``recipe_audit.fails.<metric>.tau_<τ>`` = ``true``/``false``
+    for each τ of the card: the rerun's own result against the bar (one that did not finish, or
+    has no value, fails every bar, as the card counts it)."""
+    out: dict[str, dict[str, str]] = {}
+    for e in entries:
+        for r in e["reruns"]:
+            if not r["run_id"]:
+                continue
+            v = r["value"] if r["status"] == "FINISHED" else None
+            fails = v is None or (v < e["tau"] if e["higher_is_better"] else v > e["tau"])
+            out.setdefault(r["run_id"], {})[f"{keys.PREFIX}fails.{e['metric']}.tau_{e['tau']:g}"] = str(fails).lower()
+    return out
+
+
+def tag_reruns_at_bars(client, entries: list[dict[str, Any]]) -> None:
+    """Tag each rerun of a logged card pass/fail at each τ of the card (:func:`rerun_bar_tags`), so
+    a search such as ``tags.`recipe_audit.fails.accuracy/calibration.tau_0.8` = 'true'`` lists the
+    failures. Best effort: a rerun that cannot be tagged (deleted since) is skipped."""
+    from mlflow.entities import RunTag
+
+    for run_id, tags in rerun_bar_tags(entries).items():
+        try:
+            client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        except Exception:  # noqa: BLE001 - the card run is written; a tag is a convenience
+            continue
