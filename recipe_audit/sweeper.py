@@ -15,6 +15,14 @@ release decision at N (``stop_on: decision``, default) or the verdict at N (``st
 no longer depends on its remaining seeds (:mod:`recipe_audit.stats.curtail`), at ``audit.eps``
 and ``audit.delta``.
 
+**Open-ended sweeps** (``stop_on: anytime``): no N is planned. Seeds run in batches of
+``batch_size``, in the order of the seed sweep, up to ``max_reruns`` (required), and a group stops
+the moment the confidence sequence of :mod:`recipe_audit.stats.anytime` reads ``U_n <= eps``
+(release-supported) or ``L_n > eps`` (strong-unsupported) at every bar: bounds valid at every
+number of reruns at once, so looking after every batch keeps the card's promise. The seed sweep
+must name at least ``max_reruns`` seeds (``'seed=range(200)' hydra.sweeper.max_reruns=200``); the
+record carries every look, and the card of such a sweep is an anytime card.
+
 The record of what happened (planned N, seeds launched, failures, where and why each group
 stopped) is written to ``recipe_audit_curtailment.json`` in the sweep directory and, when the
 recipe_audit callback opened a sweep parent run, to that run's tags, where the card reads it
@@ -91,6 +99,7 @@ class _Group:
     recipe_id: str | None = None
     state: list[Any] = field(default_factory=list)  # CurtailState per tau
     done: bool = False
+    looks: list[dict[str, Any]] = field(default_factory=list)  # open-ended sweeps: every look taken
 
     @property
     def n_planned(self) -> int:
@@ -168,18 +177,31 @@ class CurtailingSweeperBase(RecipeSweeperBase):
     """Hydra sweeper that stops a seed sweep once the card's verdict at the planned N is settled.
 
     Parameters (``hydra.sweeper.*``): ``batch_size`` seeds per group and round (default 4),
-    ``stop_on`` ``"decision"`` or ``"verdict"`` (see :mod:`recipe_audit.stats.curtail`),
-    ``params`` the sweep (like the basic sweeper's, e.g. ``{seed: range(59)}``).
+    ``stop_on`` ``"decision"`` or ``"verdict"`` (see :mod:`recipe_audit.stats.curtail`), or
+    ``"anytime"`` (an open-ended sweep, see the module docstring) with ``max_reruns``, its
+    required maximum; ``params`` the sweep (like the basic sweeper's, e.g. ``{seed: range(59)}``).
     """
 
-    def __init__(self, batch_size: int = 4, stop_on: str = "decision", params: dict[str, str] | None = None):
+    def __init__(self, batch_size: int = 4, stop_on: str = "decision", params: dict[str, str] | None = None,
+                 max_reruns: int | None = None):
         super().__init__(params)
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise HydraException(f"hydra.sweeper.batch_size must be a positive integer, not {batch_size!r}.")
-        if stop_on not in ("decision", "verdict"):
-            raise HydraException(f"hydra.sweeper.stop_on must be 'decision' or 'verdict', not {stop_on!r}.")
+        if stop_on not in ("decision", "verdict", "anytime"):
+            raise HydraException(f"hydra.sweeper.stop_on must be 'decision', 'verdict' or 'anytime', not {stop_on!r}.")
+        if stop_on == "anytime" and max_reruns is None:
+            raise HydraException("An open-ended sweep (hydra.sweeper.stop_on=anytime) needs a maximum: set "
+                                 "hydra.sweeper.max_reruns.")
+        if max_reruns is not None and stop_on != "anytime":
+            raise HydraException(f"hydra.sweeper.max_reruns belongs to an open-ended sweep (stop_on=anytime); with "
+                                 f"stop_on={stop_on} the seed sweep plans N, and a card cannot mix a planned N "
+                                 f"with an open-ended one.")
+        if max_reruns is not None and (not isinstance(max_reruns, int) or isinstance(max_reruns, bool)
+                                       or max_reruns < 1):
+            raise HydraException(f"hydra.sweeper.max_reruns must be a positive integer, not {max_reruns!r}.")
         self.batch_size = batch_size
         self.stop_on = stop_on
+        self.max_reruns = max_reruns
         self.groups: list[_Group] = []
         self.record: dict[str, Any] | None = None
 
@@ -272,12 +294,14 @@ class CurtailingSweeperBase(RecipeSweeperBase):
         self.groups = self.group_jobs(self._jobs(arguments))
         for g in self.groups:
             g.failures = [0] * len(taus)
+        if self.stop_on == "anytime":
+            self._open_ended(audit)
         sweep_dir = self._save_sweep_config()
         log.info("curtailing sweep: %d group(s), %s planned seeds, batches of %d, stop on the %s at N",
                  len(self.groups), "/".join(str(g.n_planned) for g in self.groups), self.batch_size,
                  self.stop_on)
         floor = sample_floor(audit["eps"], audit["delta"])
-        if any(g.n_planned < floor for g in self.groups):
+        if self.stop_on != "anytime" and any(g.n_planned < floor for g in self.groups):
             log.warning("a plan of fewer than %d seeds (the sample floor at ε = %g, δ = %g) can never be "
                         "release-supported: with stop_on=decision the first batch settles it",
                         floor, audit["eps"], audit["delta"])
@@ -303,6 +327,9 @@ class CurtailingSweeperBase(RecipeSweeperBase):
                 if g.recipe_id is None:
                     g.recipe_id = self._recipe_id(ret)
             for g in active:
+                if self.stop_on == "anytime":
+                    self._look(g, audit)
+                    continue
                 g.state = [curtail_state(k, g.launched, g.n_planned, audit["eps"], audit["delta"], self.stop_on)
                            for k in g.failures]
                 g.done = g.launched >= g.n_planned or all(s.stop for s in g.state)
@@ -313,7 +340,61 @@ class CurtailingSweeperBase(RecipeSweeperBase):
         self._publish(sweep_dir)
         return returns
 
+    # -- open-ended sweeps ----------------------------------------------------------------------
+
+    def _open_ended(self, audit: dict[str, Any]) -> None:
+        """Check an open-ended sweep's seeds against its maximum and keep the first ``max_reruns``."""
+        from .stats.anytime import anytime_sample_floor
+
+        for g in self.groups:
+            if g.n_planned < self.max_reruns:
+                raise HydraException(
+                    f"An open-ended sweep runs up to hydra.sweeper.max_reruns={self.max_reruns} seeds, but the seed "
+                    f"sweep names only {g.n_planned}; sweep at least as many, e.g. 'seed=range({self.max_reruns})'.")
+            del g.jobs[self.max_reruns:], g.seeds[self.max_reruns:]
+        floor = anytime_sample_floor(audit["eps"], audit["delta"])
+        if self.max_reruns < floor:
+            log.warning("an open-ended sweep of at most %d seeds can never be release-supported: the anytime floor "
+                        "at ε = %g, δ = %g is %d seeds", self.max_reruns, audit["eps"], audit["delta"], floor)
+
+    def _look(self, g: _Group, audit: dict[str, Any]) -> None:
+        """One look of an open-ended sweep at a group: the anytime verdict at every bar; the group stops
+        when each is settled (release-supported or strong-unsupported) or at the maximum."""
+        from .stats.anytime import anytime_bound
+
+        cards = [anytime_bound(k, g.launched, audit["eps"], audit["delta"]) for k in g.failures]
+        verdicts = [c.verdict for c in cards]
+        g.looks.append({"n": g.launched, "k": list(g.failures), "upper": [c.upper for c in cards],
+                        "lower": [c.lower for c in cards], "verdicts": verdicts})
+        settled = all(v in ("release-supported", "strong-unsupported") for v in verdicts)
+        g.done = settled or g.launched >= g.n_planned
+        if g.done:
+            why = (f"settled after {g.launched} reruns: {', '.join(dict.fromkeys(verdicts))}" if settled else
+                   f"reached the maximum of {g.n_planned} reruns unsettled ({', '.join(dict.fromkeys(verdicts))})")
+            g.state = [why]
+            log.info("open-ended sweep %s %s", " ".join(g.overrides) or "", why)
+
+    def _record_anytime(self, audit: dict[str, Any]) -> dict[str, Any]:
+        groups = []
+        for g in self.groups:
+            last = g.looks[-1] if g.looks else {"verdicts": [], "k": list(g.failures)}
+            settled = bool(last["verdicts"]) and all(v in ("release-supported", "strong-unsupported")
+                                                     for v in last["verdicts"])
+            groups.append({
+                "overrides": list(g.overrides), "recipe_id": g.recipe_id, "max_reruns": g.n_planned,
+                "n_launched": g.launched, "launched_seeds": g.seeds[:g.launched], "failures": list(g.failures),
+                "looks": g.looks, "verdicts": last["verdicts"],
+                "stop_reason": ("settled" if settled else "maximum" if g.launched >= g.n_planned else None),
+                "reason": g.state[0] if g.state else "",
+            })
+        return {"version": RECORD_VERSION, "sweeper": "curtail", "stop_on": "anytime", "batch_size": self.batch_size,
+                "max_reruns": self.max_reruns, **audit,
+                "n_launched": sum(g.launched for g in self.groups),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "groups": groups}
+
     def _record(self, audit: dict[str, Any]) -> dict[str, Any]:
+        if self.stop_on == "anytime":
+            return self._record_anytime(audit)
         groups = []
         for g in self.groups:
             groups.append({
@@ -353,9 +434,13 @@ class CurtailingSweeperBase(RecipeSweeperBase):
         if len(text) > _MAX_TAG:
             client.log_text(info.parent_run_id, text, RECORD_FILE)
             value = keys.CURTAILMENT_ARTIFACT_PREFIX + RECORD_FILE
-        for k, v in ((keys.TAG_CURTAILMENT, value),
-                     (keys.TAG_CURTAIL_SUMMARY, f"{self.record['n_launched']} of {self.record['n_planned']} "
-                      f"planned reruns launched ({'stopped early' if self.record['stopped_early'] else 'ran to N'})")):
+        if self.stop_on == "anytime":
+            summary = (f"open-ended sweep: {self.record['n_launched']} reruns launched (at most "
+                       f"{self.record['max_reruns']} a recipe, looks every {self.batch_size})")
+        else:
+            summary = (f"{self.record['n_launched']} of {self.record['n_planned']} planned reruns launched "
+                       f"({'stopped early' if self.record['stopped_early'] else 'ran to N'})")
+        for k, v in ((keys.TAG_CURTAILMENT, value), (keys.TAG_CURTAIL_SUMMARY, summary)):
             client.set_tag(info.parent_run_id, k, v)
 
 

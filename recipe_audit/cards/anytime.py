@@ -46,6 +46,25 @@ def _reason(ab, extra: str) -> str:
     return core + extra
 
 
+def _looks(info: dict[str, Any], e: dict[str, Any], opts) -> list[dict[str, Any]]:
+    """The looks the sweep took, read at this entry's bar, ε and δ: at each look the failures among
+    the seeds launched so far (launch order), and the sequence's bounds and verdict there."""
+    seeds, ns = info.get("launched_seeds") or [], info.get("look_ns") or []
+    if not seeds or not ns:
+        return []
+    failed = {str(x) for x in e.get("failed_seeds") or []}
+    present = {str(r["seed"]) for r in e["reruns"]}
+    out = []
+    for n in ns:
+        first = [str(x) for x in seeds[:n] if str(x) in present]
+        if not first:
+            continue
+        k = sum(x in failed for x in first)
+        ab = anytime_bound(k, len(first), opts.eps, opts.delta)
+        out.append({"n": len(first), "k": k, "upper": ab.upper, "lower": ab.lower, "verdict": ab.verdict})
+    return out
+
+
 def apply_anytime(entries: list[dict[str, Any]], cells: Sequence[Cell], opts) -> None:
     """Read the entries of open-ended sweeps (and every entry with ``opts.anytime``) with the
     confidence sequence, in place. ``entries`` are in ``cells`` × ``opts.taus`` order."""
@@ -70,8 +89,8 @@ def apply_anytime(entries: list[dict[str, Any]], cells: Sequence[Cell], opts) ->
                 e["reading"] = ANYTIME
                 continue
             ab = anytime_bound(e["n_failures"], e["n_reruns"], opts.eps, opts.delta)
-            looks = list(info.get("looks") or [{"n": ab.n, "k": ab.k, "upper": ab.upper, "lower": ab.lower,
-                                                 "verdict": ab.verdict}])
+            looks = _looks(info, e, opts) or [{"n": ab.n, "k": ab.k, "upper": ab.upper, "lower": ab.lower,
+                                               "verdict": ab.verdict}]
             obj = {
                 "method": ANYTIME_METHOD, "rule": ANYTIME_RULE, "upper_bound": ab.upper,
                 "lower_bound": ab.lower, "sample_floor": ab.sample_floor, "verdict": ab.verdict,

@@ -13,6 +13,9 @@ planned N, the seeds it launched and why it stopped (``keys.TAG_CURTAILMENT``). 
   other τ, ε or δ asked later it may not be, and the card says so;
 * the entry carries a ``curtailment`` object: planned N, launched m, where and why it stopped.
 
+An open-ended sweep (``stop_on: anytime``) writes the same kind of record without a planned N; its
+cells drop the seeds never launched and are read with the confidence sequence (``cards/anytime.py``).
+
 A cell whose reruns come from more than one sweep is carded as usual.
 """
 
@@ -108,6 +111,22 @@ def _curtailed_cell(cell: Cell, record: dict[str, Any], group: dict[str, Any], p
                    planned_seeds=planned, digest=digest, extra={**cell.extra, "curtailment": info})
 
 
+def _anytime_cell(cell: Cell, record: dict[str, Any], group: dict[str, Any], parent: str) -> Cell:
+    """A cell of an open-ended sweep: the seeds it never launched dropped (as for a curtailed
+    sweep), and what the card needs to read it with the confidence sequence (``cards/anytime.py``):
+    the looks the sweep took, its batch size, maximum and why it stopped."""
+    trimmed = _curtailed_cell(cell, record, {**group, "n_planned": group.get("max_reruns") or group["n_launched"]},
+                              parent)
+    extra = {k: v for k, v in trimmed.extra.items() if k != "curtailment"}
+    extra["anytime"] = {
+        "sweep_run_id": parent, "batch_size": record.get("batch_size"), "max_reruns": group.get("max_reruns"),
+        "n_launched": int(group["n_launched"]), "launched_seeds": [_norm(x) for x in group.get("launched_seeds", [])],
+        "look_ns": [int(x["n"]) for x in group.get("looks", [])], "stop_reason": group.get("reason") or None,
+        "sweep_taus": record.get("taus"), "sweep_eps": record.get("eps"), "sweep_delta": record.get("delta"),
+    }
+    return replace(trimmed, extra=extra)
+
+
 def apply_curtailment(cells: Sequence[Cell], tracking_uri: str | None) -> list[Cell]:
     """Cells of curtailed sweeps become curtailed cells (module docstring); others are unchanged."""
     parents = [c.sweep_run_ids[0] for c in cells if len(c.sweep_run_ids) == 1]
@@ -116,6 +135,9 @@ def apply_curtailment(cells: Sequence[Cell], tracking_uri: str | None) -> list[C
     for c in cells:
         rec = records.get(c.sweep_run_ids[0]) if len(c.sweep_run_ids) == 1 else None
         group = _group_of(rec, c) if rec else None
+        if group is not None and rec.get("stop_on") == "anytime":  # an open-ended sweep: no planned N
+            out.append(_anytime_cell(c, rec, group, c.sweep_run_ids[0]))
+            continue
         if group is None or int(group.get("n_launched", 0)) > int(group.get("n_planned", 0)):
             out.append(c)
         else:
