@@ -50,8 +50,9 @@ def _counts(e: dict[str, Any]) -> tuple[int, int, int] | None:
 def family_why(size: int, delta: float) -> str:
     """The one sentence that says why the family-wise verdict leads."""
     return (f"This card covers {size} recipe identities: shipping whichever looks best is a choice among "
-            f"them, so the verdict that holds for the chosen one bounds each at δ/M = {delta / size:.3g} "
-            f"(Holm's step-down); the pointwise verdict holds only for a recipe fixed before the sweep.")
+            f"them, so each is bounded at δ/M = {delta / size:.3g} (Holm's step-down) and the family-wise "
+            f"verdict holds whichever one is shipped; the pointwise verdict holds only for a recipe fixed "
+            f"before the sweep.")
 
 
 def apply_family(entries: list[dict[str, Any]], eps: float, delta: float,
@@ -148,9 +149,13 @@ def lead_lines(doc: dict[str, Any], markdown: bool = False) -> list[str]:
     from .render import text_table
 
     rows = lead_rows(doc)
+    members = list(dict.fromkeys(m for f in fams for m in f["members"]))
+    family = "The family: " + ", ".join(members) + (f" (and {m - len(members)} more identities without reruns "
+                                                      "here)" if m > len(members) else "") + "."
     if markdown:
         table = ["| " + " | ".join(LEAD_HEADER) + " |", "|" + "---|" * len(LEAD_HEADER)]
         table += ["| " + " | ".join(f"**{c}**" if i == 5 else c.replace("|", "/") for i, c in enumerate(r)) + " |"
                   for r in rows]
-        return ["## Family-wise verdicts", "", family_why(m, delta), "", head, "", *table, ""]
-    return [head, family_why(m, delta), text_table(rows, LEAD_HEADER)]
+        return ["## Family-wise verdicts", "", family_why(m, delta), "", head, "", *table, "",
+                family.replace("|", "/"), ""]
+    return [head, family_why(m, delta), text_table(rows, LEAD_HEADER), family]
