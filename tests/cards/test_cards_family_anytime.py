@@ -108,3 +108,12 @@ def test_anytime_and_fixed_n_cards_differ_on_the_same_reruns(stores):
     (anyt,) = _card(stores, sweep_id="swbbbbbb", opts=CardOptions(taus=(0.7,), anytime=True))["cells"]
     assert fixed["verdict"] == "release-supported" and anyt["verdict"] == "unsupported"
     assert "reading" not in fixed and anyt["reading"] == "anytime"
+
+
+def test_family_and_anytime_cards_verify_against_the_store(stores):
+    from recipe_audit.cards.verify import verify_card
+
+    for opts in (CardOptions(taus=(0.7,)), CardOptions(taus=(0.7,), anytime=True, family_size=4)):
+        doc = _card(stores, opts=opts)
+        res = verify_card(doc, stores)
+        assert res.ok, res.summary()
