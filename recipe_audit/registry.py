@@ -52,7 +52,9 @@ CARD_FIELDS = ("verdict", "upper_bound", "lower_bound", "n_reruns", "n_failures"
 TAG_ATTACHED_TO = keys.PREFIX + "attached_to"
 # descriptions written before the cards' section began with its table kept their section after this line
 DESCRIPTION_MARKER = "<!-- recipe_audit cards: written by recipe-audit attach; text above this line is kept -->"
-DESCRIPTION_COLUMNS = ("recipe card: audit set", "τ", "verdict", "failures/N", "U", "ε", "δ", "card")
+# the first column's header is also what the model's versions table shows of the description (its
+# first 32 characters, as plain text): "| recipe cards (audit set) | τ |"
+DESCRIPTION_COLUMNS = ("recipe cards (audit set)", "τ", "verdict", "failures/N", "U", "ε", "δ", "card")
 DESCRIPTION_HEADER = "| " + " | ".join(DESCRIPTION_COLUMNS) + " |"  # the section starts here
 MAX_DESCRIPTION = 5000  # MLflow's model_versions.description column
 MODEL_NAME = "model"  # the name RerunLogger.log_model logs the model under

@@ -200,7 +200,7 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
             desc = page.locator("[data-testid=note-editor-preview-content]").first
             desc.wait_for()
             first = desc.evaluate("d => [d.firstElementChild.tagName, d.firstElementChild.querySelector('th').textContent]")
-            assert first == ["TABLE", "recipe card: audit set"]
+            assert first == ["TABLE", "recipe cards (audit set)"]
             row = desc.locator("table tbody tr").first.inner_text()
             assert "insufficient-evidence" in row and "1/5" in row and "0.584" in row
             assert "<!--" not in desc.inner_text()
@@ -214,5 +214,10 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
             card_page = opened.value
             card_page.set_default_timeout(90_000)
             card_page.frame_locator("iframe").first.locator("h1", has_text="Recipe card").wait_for()
+
+            # 4. the model's versions table shows the first 32 characters of a description, as text
+            page.goto(f"{base}/#/models/clf")
+            page.get_by_text("| recipe cards (audit set)", exact=False).first.wait_for()
+            assert "<!--" not in page.inner_text("body")
         finally:
             browser.close()
