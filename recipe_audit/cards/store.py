@@ -131,7 +131,8 @@ def log_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str) -> li
     tags and metrics (so the runs table shows verdicts). A cell whose card (same reruns, same
     options) is already logged as a card run reuses that run. All runs of one computation share
     the tag ``recipe_audit.card_id``. Returns the run ids."""
-    return [c.run_id for c in log_cell_card_runs(doc, tracking_uri, experiment)]
+    # (the sweep's callback has tagged its reruns pass/fail at the sweep's bars as each job ended)
+    return [c.run_id for c in log_cell_card_runs(doc, tracking_uri, experiment, tag_reruns=False)]
 
 
 def cell_documents(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -229,11 +230,12 @@ def log_card_runs_with_digests(doc: dict[str, Any], tracking_uri: str, experimen
 
 
 def log_cell_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str, *, reuse: bool = True,
-                       attached_to: str | None = None) -> list[LoggedCard]:
+                       attached_to: str | None = None, tag_reruns: bool = True) -> list[LoggedCard]:
     """:func:`log_card_runs`, one :class:`LoggedCard` per cell. With ``reuse``, a cell whose card
     (:func:`card_key`) is already logged, in a finished card run attached to the same
     ``attached_to`` (``<model>/<version>``, or nothing), reuses that run; ``attached_to`` also
-    tags new runs (``recipe_audit.attached_to``) and names them."""
+    tags new runs (``recipe_audit.attached_to``) and names them. With ``tag_reruns``, each rerun of a
+    new card run is tagged pass/fail at each τ of its card (:func:`tag_reruns_at_bars`)."""
     from mlflow.entities import Metric, RunTag
     from mlflow.tracking import MlflowClient
 
@@ -289,7 +291,8 @@ def log_cell_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str, 
             client.set_terminated(rid, "FAILED")
             raise
         out.append(LoggedCard(rid, digest))
-        tag_reruns_at_bars(client, entries)
+        if tag_reruns:
+            tag_reruns_at_bars(client, entries)
     return out
 
 
