@@ -17,7 +17,8 @@ def story(doc: dict[str, Any]) -> list[str]:
     out = []
     for e in doc["cells"]:
         st = e.get("rule_statistics") or {}
-        mean = f"the mean ({st.get('mean', float('nan')):.3f})"
+        m = st.get("mean")
+        mean = "the mean" + (f" ({m:.3f})" if m is not None else "")
         if e["rules"]["mean"] and not e["rules"]["card"]:
             out.append(f"{e['label']} at τ = {e['tau']:g}: {mean} ships; the card does not: {_why_not(e)}.")
         elif e["rules"]["card"] and not e["rules"]["mean"]:
