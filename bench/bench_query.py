@@ -287,10 +287,13 @@ def build_store(path: Path, n_runs: int) -> None:
     print(f"built {path} with {n_in_db} runs ({n_runs} reruns) in {time.perf_counter() - t0:.1f} s")
 
 
-def _interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, tuple[float, Any]]:
+def _interleaved(
+    fns: dict[str, Callable[[], Any]], repeat: int, warm_up: bool = True
+) -> dict[str, tuple[float, Any]]:
     """Median wall time of each function over ``repeat`` rounds, calling them in turn each round
-    (after one warm-up round), so that load on the machine hits all of them alike."""
-    out: dict[str, Any] = {name: fn() for name, fn in fns.items()}
+    (after one warm-up round unless ``warm_up`` is False), so that load on the machine hits all of
+    them alike."""
+    out: dict[str, Any] = {name: fn() for name, fn in fns.items()} if warm_up else {}
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
