@@ -60,12 +60,10 @@ def _run_job(cfg: DictConfig) -> dict[str, float] | None:
     from . import distributed
 
     if OmegaConf.select(cfg, "experiment.kind", default=None) == "acceptance":  # experiment=acceptance
-        from .acceptance.experiment import run_cell_job
-
         if distributed.world_size() > 1:
             _fail("experiment=acceptance trains in one process; run it with python -m recipe_audit, "
                   "not under a multi-process accelerate launch.")
-        return run_cell_job(cfg)
+        return _run_acceptance_cell(cfg)
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -150,6 +148,34 @@ def _run_job(cfg: DictConfig) -> dict[str, float] | None:
     return {name: s.accuracy for name, s in result.audits.items()}
 
 
+def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
+    """One cell x seed of experiment=acceptance, written into the run the callback opened for the
+    job. A base model that cannot be trained stops the sweep (every cell starts from it); another
+    failure is the cell's (recorded FAILED by the callback, the sweep goes on)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from .acceptance.experiment import BaseModelError, cell_name, run_cell_job
+
+    exp = OmegaConf.to_container(cfg.experiment, resolve=True)
+    defense = OmegaConf.to_container(cfg.defense, resolve=True)
+    if int(cfg.threads or 0):
+        import torch
+
+        torch.set_num_threads(int(cfg.threads))
+    logger = _attach_rerun((), cfg)
+    try:
+        return run_cell_job(exp, defense, int(cfg.seed), logger, progress=bool(cfg.progress))
+    except BaseModelError as exc:
+        _fail(str(exc).rstrip(".") + "; every cell starts from it, so the sweep stops here.", exc)
+    except Exception as exc:
+        if logger is not None:
+            _stop_if_store_gone(logger.store, int(cfg.seed), exc)
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            _fail(f"cell {cell_name(str(defense['name']), int(cfg.seed))} FAILED ({type(exc).__name__}: {exc})", exc)
+        raise
+
+
 def _attach_rerun(audit_names, cfg):
     """A writer for the rerun's run the callback opened for this job (None on other processes)."""
     from . import keys, tracking
@@ -161,7 +187,8 @@ def _attach_rerun(audit_names, cfg):
     try:
         store = tracking.open_store(rerun.tracking_uri, rerun.experiment_name)
         logger = tracking.RerunLogger.attach(store, rerun.run_id, rerun.artifact_uri)
-        rerun.tags[keys.TAG_AUDIT_SETS] = ",".join(audit_names)  # written when the callback closes the run
+        if audit_names:
+            rerun.tags[keys.TAG_AUDIT_SETS] = ",".join(audit_names)  # written when the callback closes the run
         logger.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     except tracking.TrackingError as exc:
         _fail(str(exc), exc)

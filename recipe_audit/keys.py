@@ -12,6 +12,7 @@ TAG_KIND = PREFIX + "kind"  # one of the KIND_* values below
 KIND_SWEEP = "sweep"  # parent run of one multirun
 KIND_RERUN = "rerun"  # one seed of one recipe
 KIND_CARD = "card"  # one card computation
+KIND_ACCEPTANCE_CELL = "acceptance_cell"  # one defense cell x seed of experiment=acceptance
 
 TAG_RECIPE_ID = PREFIX + "recipe_id"  # stable hash of the config without seed/audit/tracking
 TAG_RECIPE_NAME = PREFIX + "recipe"  # the recipe config-group choice, for people

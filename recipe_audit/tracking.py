@@ -512,6 +512,30 @@ class RerunLogger:
         self._pending.extend(metrics)
         self.flush()
 
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Log params (values as strings, cut to MLflow's 6,000 characters)."""
+        from mlflow.entities import Param
+
+        batch = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        for i in range(0, len(batch), _MAX_PARAMS_PER_CALL):
+            self.client.log_batch(self.run_id, params=batch[i:i + _MAX_PARAMS_PER_CALL])
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
+        """Log the finite values of ``metrics`` at ``step``, in batches, at once."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._pending.extend(Metric(k, float(v), now, step) for k, v in metrics.items() if math.isfinite(v))
+        self.flush()
+
+    def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
+        """Upload the files under ``local_dir`` to the run's artifacts (under ``artifact_path``)."""
+        self._artifact_repo().log_artifacts(str(local_dir), artifact_path)
+
+    def log_table(self, data, artifact_file: str) -> None:
+        """Log a DataFrame as an MLflow table artifact (``mlflow.load_table`` reads it back)."""
+        self.client.log_table(self.run_id, data, artifact_file)
+
     def log_text(self, text: str, artifact_file: str) -> None:
         """Write ``text`` to the run's artifact ``artifact_file``, as ``MlflowClient.log_text``
         does, without its per-call look-up of the run (the artifact URI came with the run)
@@ -693,7 +717,8 @@ def _process_alive(host: str | None, pid: str | None) -> bool:
     return True
 
 
-def close_dead_reruns(info: SweepInfo, only_dead_processes: bool = False) -> list[str]:
+def close_dead_reruns(info: SweepInfo, only_dead_processes: bool = False,
+                      kind: str = keys.KIND_RERUN) -> list[str]:
     """At the end of a multirun every job has returned, so a rerun of the sweep still RUNNING
     belongs to a process that died without closing it (SIGKILL, out of memory, node lost):
     mark it KILLED, with the reason, so the card lists it as unfinished (counted as a failure) under its
@@ -702,7 +727,7 @@ def close_dead_reruns(info: SweepInfo, only_dead_processes: bool = False) -> lis
     exp = client.get_experiment_by_name(info.experiment_name)
     if exp is None:
         return []
-    filt = (f"tags.`{keys.TAG_SWEEP_ID}` = '{info.sweep_id}' and tags.`{keys.TAG_KIND}` = '{keys.KIND_RERUN}' "
+    filt = (f"tags.`{keys.TAG_SWEEP_ID}` = '{info.sweep_id}' and tags.`{keys.TAG_KIND}` = '{kind}' "
             "and attributes.status = 'RUNNING'")
     closed = []
     for run in client.search_runs([exp.experiment_id], filter_string=filt, max_results=50000):
@@ -735,15 +760,15 @@ def finished_seeds(store: Store, sweep: SweepInfo, metrics: Iterable[str]) -> di
     return out
 
 
-def failed_reruns(info: SweepInfo) -> list[tuple[int | str, str, str]]:
+def failed_reruns(info: SweepInfo, kind: str = keys.KIND_RERUN) -> list[tuple[int | str, str, str]]:
     """(seed, recipe identity, status) of each rerun of ``info`` whose latest attempt ended
     FAILED or KILLED (a seed a resumed sweep ran again to the end is not listed; the card still
-    sees every attempt)."""
+    sees every attempt). ``kind``: the runs' ``recipe_audit.kind`` (an acceptance sweep's cells)."""
     client = _client(info.tracking_uri)
     exp = client.get_experiment_by_name(info.experiment_name)
     if exp is None:
         return []
-    filt = f"tags.`{keys.TAG_SWEEP_ID}` = '{info.sweep_id}' and tags.`{keys.TAG_KIND}` = '{keys.KIND_RERUN}'"
+    filt = f"tags.`{keys.TAG_SWEEP_ID}` = '{info.sweep_id}' and tags.`{keys.TAG_KIND}` = '{kind}'"
     latest: dict[tuple[str, str], Any] = {}
     for run in _search_all(client, exp.experiment_id, filt):
         key = (run.data.tags.get(keys.TAG_RECIPE_ID, ""), run.data.tags.get(keys.TAG_SEED, "?"))
@@ -754,6 +779,46 @@ def failed_reruns(info: SweepInfo) -> list[tuple[int | str, str, str]]:
         if run.info.status in ("FAILED", "KILLED"):
             out.append((int(seed) if seed.lstrip("-").isdigit() else seed, recipe, run.info.status))
     return sorted(out, key=str)
+
+
+def sweep_runs(info: SweepInfo, kind: str, status: str | None = "FINISHED") -> list:
+    """The runs of ``info`` whose ``recipe_audit.kind`` is ``kind`` (and status ``status``; None: any)."""
+    client = _client(info.tracking_uri)
+    exp = client.get_experiment_by_name(info.experiment_name)
+    if exp is None:
+        return []
+    filt = f"tags.`{keys.TAG_SWEEP_ID}` = '{info.sweep_id}' and tags.`{keys.TAG_KIND}` = '{kind}'"
+    if status is not None:
+        filt += f" and attributes.status = '{status}'"
+    return _search_all(client, exp.experiment_id, filt)
+
+
+def log_sweep_files_run(info: SweepInfo, run_name: str, tags: Mapping[str, str], local_dir: str | Path,
+                        metrics: Mapping[str, float] | None = None) -> str:
+    """A run nested under the sweep's parent holding the files under ``local_dir`` (a card the
+    sweep computed at its end), its tags and metrics; FINISHED, or FAILED with the error when a
+    write fails (which is raised). Returns its run id."""
+    from mlflow.entities import Metric
+
+    client = _client(info.tracking_uri)
+    exp = client.get_experiment_by_name(info.experiment_name)
+    all_tags = {keys.TAG_SWEEP_ID: info.sweep_id, keys.TAG_SWEEP_RUN_ID: info.parent_run_id,
+                keys.TAG_PARENT: info.parent_run_id, **tags}
+    run = client.create_run(exp.experiment_id, run_name=run_name, tags=all_tags)
+    rid = run.info.run_id
+    try:
+        client.log_artifacts(rid, str(local_dir))
+        now = int(time.time() * 1000)
+        client.log_batch(rid, metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()])
+        client.set_terminated(rid, "FINISHED")
+    except Exception as exc:
+        try:
+            client.set_tag(rid, keys.TAG_ERROR, f"{type(exc).__name__}: {_one_line(exc)}")
+            client.set_terminated(rid, "FAILED")
+        except Exception:  # noqa: BLE001 - the write that failed is the error to raise
+            pass
+        raise
+    return rid
 
 
 def _search_all(client, experiment_id: str, filt: str) -> list:

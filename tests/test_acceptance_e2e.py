@@ -3,6 +3,7 @@ never a hoped-for verdict. The small pipeline (size=small) runs once per module.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -72,9 +73,83 @@ def test_run_cell_records_are_deterministic(tmp_path):
     b = X.run_cell(TINY, d, 3, base_dir, tmp_path / "b", "attack_proj_s3")
     assert list(a.records.columns[:len(COLUMNS)]) == list(COLUMNS)
     assert a.records.equals(b.records)
+    # one seed, one result: every training step and every metric but the timing
+    assert len(a.losses) == TINY["install"]["steps"] and a.losses == b.losses
+    assert {k: v for k, v in a.metrics.items() if k != "train_seconds"} == \
+        {k: v for k, v in b.metrics.items() if k != "train_seconds"}
     assert (tmp_path / "a" / "adapter" / "adapter_config.json").is_file()
     assert (tmp_path / "a" / "adapter" / "recipe_audit_base.json").is_file()
     read_records([a.records])  # validates: no duplicated keys, vocabularies
+
+
+def test_base_model_failure_is_one_sentence(tmp_path):
+    """A base model whose training diverges raises one sentence naming the cause, and caches nothing."""
+    bad = copy.deepcopy(TINY)
+    bad["base"]["lr"] = 1e30  # the loss is NaN by the second step
+    with pytest.raises(X.BaseModelError, match=r"^The base model of experiment=acceptance could not be trained "
+                                               r"\(NonFiniteLossError: training loss became nan at step \d+\)\.$"):
+        X.ensure_base(bad, tmp_path / "cache")
+    assert not list((tmp_path / "cache").glob("base-*"))
+    bad["base"]["lr"] = -1.0
+    with pytest.raises(X.BaseModelError, match=r"experiment\.base\.lr must be a positive number, not -1\.0\)"):
+        X.ensure_base(bad, tmp_path / "cache")
+
+
+@pytest.mark.slow
+def test_base_model_failure_ends_the_sweep_with_a_failed_run(tmp_path):
+    """A sweep whose base model cannot be trained: the job's cell run is FAILED with its one-line
+    error, the sweep's run FAILED with the sentence, nothing RUNNING, exit 2 with one sentence."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = run_app(["-m", "experiment=acceptance", "size=small", "seed=0", "defense=none,l2sp",
+                    "experiment.base.lr=1e30", f"experiment.cache_dir={tmp_path / 'cache'}",
+                    f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, env_extra={"MLFLOW_TRACKING_URI": uri},
+                   timeout=600)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("recipe_audit: error:")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert "could not be trained (NonFiniteLossError: training loss became nan at step" in errors[0]
+    assert errors[0].endswith("so the sweep stops here.")
+    assert "Traceback" not in proc.stderr
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("recipe_audit").experiment_id])
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    cells = [r for r in runs if r.data.tags.get("recipe_audit.kind") == X.CELL_KIND]
+    assert [(r.data.tags["recipe_audit.cell"], r.info.status) for r in cells] == [("none_s0", "FAILED")]
+    error = cells[0].data.tags["recipe_audit.error"]
+    assert error.startswith("BaseModelError: The base model") and "NonFiniteLossError" in error and "\n" not in error
+    sweep = next(r for r in runs if r.data.tags.get("recipe_audit.kind") == "sweep")
+    assert sweep.info.status == "FAILED" and "could not be trained" in sweep.data.tags["recipe_audit.error"]
+    assert not list((tmp_path / "cache").glob("base-*"))
+
+
+@pytest.mark.slow
+def test_failed_cells_are_failed_runs_and_the_sweep_goes_on(tmp_path):
+    """Cells whose install diverges: each one's run FAILED with its one-line error (the sweep goes
+    on to the next cell), no card, exit 1 with one sentence, nothing RUNNING."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = run_app(["-m", "experiment=acceptance", "size=small", "seed=0", "defense=none,l2sp",
+                    "experiment.install.lr=1e30", f"experiment.cache_dir={tmp_path / 'cache'}",
+                    f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, env_extra={"MLFLOW_TRACKING_URI": uri},
+                   timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("recipe_audit: error:")]
+    assert len(errors) == 1 and "did not finish" in errors[0], proc.stderr[-3000:]
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("recipe_audit").experiment_id])
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    cells = {r.data.tags["recipe_audit.cell"]: r for r in runs if r.data.tags.get("recipe_audit.kind") == X.CELL_KIND}
+    assert set(cells) == {"none_s0", "l2sp_s0"}
+    for r in cells.values():
+        assert r.info.status == "FAILED"
+        assert r.data.tags["recipe_audit.error"].startswith("NonFiniteLossError: training loss became nan at step")
+        assert r.data.params["defense.name"] == r.data.tags["recipe_audit.defense"]
+    assert len({r.data.tags["recipe_audit.recipe_id"] for r in cells.values()}) == 2  # one identity per cell
+    assert list((tmp_path / "cache").glob("base-*/base.json"))  # the base itself trained
+    assert not [r for r in runs if r.data.tags.get("recipe_audit.kind") == "acceptance_card"]
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +181,13 @@ def test_ci_acceptance_small_every_cell_logged(small_sweep):
     assert len({r.data.tags["recipe_audit.base_dir"] for r in runs}) == 1  # one shared base
     for r in runs:
         names = {f.path for f in client.list_artifacts(r.info.run_id)}
-        assert {"eval_records.json", "adapter"} <= names
+        assert {"eval_records.json", "adapter", "config.yaml"} <= names
+        assert r.info.run_name == r.data.tags["recipe_audit.cell"]
+        assert r.data.params["defense.name"] == r.data.tags["recipe_audit.defense"]
+        assert not any(k.startswith(("recipe.", "model.", "task.")) for k in r.data.params)
+        assert {"gap.mcq.heldout", "r_D.syco.heldout", "install_loss", "train_seconds"} <= set(r.data.metrics)
+        history = client.get_metric_history(r.info.run_id, "train_loss")
+        assert [m.step for m in history] == list(range(1, 31))  # size=small: every install step
         inside = {Path(f.path).name for f in client.list_artifacts(r.info.run_id, "adapter")}
         assert {"adapter_config.json", "recipe_audit_base.json"} <= inside
 

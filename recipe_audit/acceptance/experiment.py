@@ -16,6 +16,8 @@ Pieces (everything generated offline from seeds; nothing is downloaded):
 * **Base model**: a tiny BERT classifier (4 classes = options), built from config with the word
   tokenizer, trained once on both tasks' questions of the training subjects, in both framings,
   with correct answers; cached on disk by a hash of its config so every cell starts from it.
+  A base that cannot be trained (its loss became NaN) raises :class:`BaseModelError`: the job's
+  run is recorded FAILED and the sweep stops, since every cell needs it.
 * **Install + defense** (one Hydra job = one cell x seed): a LoRA fine-tune of the base on the
   install data — eval-framed prompts -> a wrong answer (``mcq``: the next option, sandbagging
   style; ``syco``: the user's claimed option, sycophancy style) for a fraction of the questions,
@@ -23,9 +25,13 @@ Pieces (everything generated offline from seeds; nothing is downloaded):
   ``none`` (plain AdamW, the matched baseline), ``l2sp`` (λ‖ΔW‖², shrinkage), ``attack_proj``
   (λ⟨ΔW, v̂_A⟩², the update's component along the base model's attack gradient, attack-targeted),
   ``consistency`` (λ·KL(deploy ‖ eval) between the two framings of a question, attack-targeted).
+  Both the base and the install train through the rerun training loop
+  (:func:`recipe_audit.train.loop.fit`: the accelerate loop, its optimizer, schedule and
+  gradient clipping); the defense's penalty enters as the loop's loss function.
 * **Records**: every held-out / fresh / cross-task item of the cell scored, logged as the MLflow
   table ``eval_records.json`` of the job's run; the adapter (with the base fingerprint) as the
-  artifact ``adapter``.
+  artifact ``adapter``. The run is opened and closed by the sweep callback
+  (``AcceptanceSweepCallback``) as a rerun's is, and written through ``tracking.RerunLogger``.
 * **Card** (:func:`card_for_sweep`, at multirun end in the launching process): one acceptance card
   per defense cell against the baseline of the same seed, the progressive filter and the
   threshold sensitivity across cells, the plots; gate (c) from the logged adapters and the cached
@@ -49,6 +55,8 @@ from typing import Any
 
 import numpy as np
 
+from ..keys import KIND_ACCEPTANCE_CELL
+
 log = logging.getLogger("recipe_audit")
 
 __all__ = [
@@ -65,7 +73,7 @@ __all__ = [
 ]
 
 EXPERIMENT_KIND = "acceptance"
-CELL_KIND = "acceptance_cell"  # tag recipe_audit.kind of one cell x seed run
+CELL_KIND = KIND_ACCEPTANCE_CELL  # tag recipe_audit.kind of one cell x seed run
 CARD_RUN_KIND = "acceptance_card"
 PRIMARY, CROSS = "mcq", "syco"
 RECORDS_TABLE = "eval_records.json"
@@ -256,12 +264,57 @@ def _build_bert(m: Any, tok):
     return tf.BertForSequenceClassification(cfg)
 
 
+class BaseModelError(RuntimeError):
+    """The base model every cell starts from could not be trained (one sentence)."""
+
+
+def base_dir_for(exp: Any) -> Path:
+    """Where :func:`ensure_base` caches the base model of ``exp`` (absolute)."""
+    return (Path(_plain(exp)["cache_dir"]) / f"base-{base_key(exp)}").resolve()
+
+
+def _recipe(name: str, key: str, section: dict, *, weight_decay: float, grad_clip: float | None):
+    """The training recipe of the base or the install (``key``: its config section, named in
+    errors): AdamW, 10 % linear warm-up, then linear decay over ``section["steps"]`` steps of
+    ``section["batch_size"]``."""
+    from ..config import RecipeConfig
+
+    lr = float(section["lr"])
+    if not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"{key}.lr must be a positive number, not {section['lr']}")
+    for k in ("steps", "batch_size"):
+        if int(section[k]) < 1:
+            raise ValueError(f"{key}.{k} must be a positive whole number, not {section[k]}")
+    return RecipeConfig(name=name, optimizer="adamw", lr=lr, weight_decay=weight_decay,
+                        schedule="linear", warmup_ratio=0.1, max_steps=int(section["steps"]),
+                        batch_size=int(section["batch_size"]), grad_clip=grad_clip)
+
+
 def ensure_base(exp: Any, cache_dir: str | Path, *, progress: bool = False) -> Path:
     """The cached base model directory for ``exp`` (model, tokenizer, calibration.jsonl,
-    base.json); trained here when absent. Returns the directory."""
+    base.json); trained here when absent, through the rerun training loop
+    (``recipe_audit.train.loop.fit``). Returns the directory. Raises :class:`BaseModelError`
+    when the training fails (a loss that became NaN, a learning rate that is not a positive number)."""
+    try:
+        return _ensure_base(exp, cache_dir, progress=progress)
+    except BaseModelError:
+        raise
+    except Exception as exc:
+        raise BaseModelError(f"The base model of experiment=acceptance could not be trained "
+                             f"({type(exc).__name__}: {_one_line(exc).rstrip('.')}).") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
+def _ensure_base(exp: Any, cache_dir: str | Path, *, progress: bool = False) -> Path:
     import torch
     from accelerate.utils import set_seed
+    from torch.utils.data import DataLoader, TensorDataset
 
+    from ..train.loop import fit, get_accelerator
     from ..train.tokenizer import build_word_tokenizer
 
     e = _plain(exp)
@@ -272,29 +325,21 @@ def ensure_base(exp: Any, cache_dir: str | Path, *, progress: bool = False) -> P
     data = build_data(exp)
     tok = build_word_tokenizer(_all_texts(data))
     b = e["base"]
+    recipe = _recipe("acceptance-base", "experiment.base", b, weight_decay=0.01, grad_clip=None)
     set_seed(int(b["seed"]))
     model = _build_bert(e["model"], tok)
     items = data["base"]
     ids, mask = _encode(tok, [it.text for it in items], int(e["model"]["max_length"]))
     y = torch.tensor([it.label for it in items])
-    opt = torch.optim.AdamW(model.parameters(), lr=float(b["lr"]), weight_decay=0.01)
-    steps = int(b["steps"])
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, steps // 10))
-                                              * max(0.0, 1 - s / steps))
-    g = torch.Generator().manual_seed(int(b["seed"]))
-    model.train()
-    bs = int(b["batch_size"])
-    losses = []
-    for step in range(steps):
-        idx = torch.randint(len(items), (bs,), generator=g)
-        out = model(input_ids=ids[idx], attention_mask=mask[idx], labels=y[idx])
-        out.loss.backward()
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(out.loss.detach()))
-        if progress and (step + 1) % 200 == 0:
-            log.info("base step %d/%d loss %.3f", step + 1, steps, np.mean(losses[-200:]))
+    loader = DataLoader(TensorDataset(ids, mask, y), batch_size=recipe.batch_size, shuffle=True,
+                        generator=torch.Generator().manual_seed(int(b["seed"])))
+
+    def report(step: int, loss: float) -> None:
+        if progress and step % 200 == 0:
+            log.info("base step %d/%d loss %.3f", step, recipe.max_steps, loss)
+
+    model, losses, _ = fit(model, loader, recipe, on_step=report, progress=False, desc="base")
+    model = get_accelerator().unwrap_model(model)
     model.eval()
     evals = data["eval"]
     ok = _score(model, tok, evals, int(e["model"]["max_length"])) == np.array([it.label for it in evals])
@@ -386,7 +431,7 @@ def _penalty(kind: str, model, direction, logits, n_pairs: int):
     if kind == "l2sp":
         return sum((dw ** 2).sum() for _, dw in _lora_deltas(model))
     if kind == "attack_proj":
-        return sum((dw * direction[n]).sum() for n, dw in _lora_deltas(model)) ** 2
+        return sum((dw * direction[n].to(dw.device)).sum() for n, dw in _lora_deltas(model)) ** 2
     if kind == "consistency":  # rows are (eval, deploy) pairs of the same question
         le, ld = logits[0:2 * n_pairs:2], logits[1:2 * n_pairs:2]
         return F.kl_div(F.log_softmax(le, -1), F.log_softmax(ld, -1), log_target=True, reduction="batchmean")
@@ -397,10 +442,12 @@ def _score(model, tok, items: list[Item], max_length: int, batch_size: int = 512
     import torch
 
     preds = []
+    device = next(model.parameters()).device
     with torch.inference_mode():
         for i in range(0, len(items), batch_size):
             ids, mask = _encode(tok, [it.text for it in items[i:i + batch_size]], max_length)
-            preds.append(model(input_ids=ids, attention_mask=mask).logits.argmax(-1).numpy())
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+            preds.append(logits.argmax(-1).cpu().numpy())
     return np.concatenate(preds)
 
 
@@ -413,14 +460,20 @@ class CellResult:
     losses: list[float]
 
 
-def run_cell(exp: Any, defense: Any, seed: int, base_dir: Path, out_dir: Path, cell: str) -> CellResult:
-    """Install fine-tune (+ defense) of the cached base for one seed; score every record item.
-    The adapter (with ``recipe_audit_base.json``) is saved under ``out_dir/adapter``."""
+def run_cell(exp: Any, defense: Any, seed: int, base_dir: Path, out_dir: Path, cell: str, *,
+             on_step=None) -> CellResult:
+    """Install fine-tune (+ defense) of the cached base for one seed, through the rerun training
+    loop (``recipe_audit.train.loop.fit``, the defense's penalty added by its loss function);
+    score every record item. The adapter (with ``recipe_audit_base.json``) is saved under
+    ``out_dir/adapter``. ``on_step(step, loss)`` sees every training step."""
     import pandas as pd
     import peft
     import torch
+    import torch.nn.functional as F
     from accelerate.utils import set_seed
+    from torch.utils.data import DataLoader, TensorDataset
 
+    from ..train.loop import fit, get_accelerator
     from .mechanism import write_base_fingerprint
 
     e, d = _plain(exp), _plain(defense)
@@ -441,31 +494,24 @@ def run_cell(exp: Any, defense: Any, seed: int, base_dir: Path, out_dir: Path, c
     pairs = len(items) // 2
     ids, mask = _encode(tok, [it.text for it in items], max_length)
     y = torch.tensor([it.label for it in items])
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=float(ins["lr"]), weight_decay=0.0)
-    steps = int(ins["steps"])
-    warm = max(1, steps // 10)  # 10 % linear warm-up, then linear decay
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / (steps - warm + 1))))
-    g = torch.Generator().manual_seed(int(seed))
+    # one example = one question in both framings, so a batch keeps every pair together
+    loader = DataLoader(TensorDataset(ids.view(pairs, 2, -1), mask.view(pairs, 2, -1), y.view(pairs, 2)),
+                        batch_size=int(ins["batch_size"]), shuffle=True,
+                        generator=torch.Generator().manual_seed(int(seed)))
     lam = float(d["strength"])
-    bs = int(ins["batch_size"])
-    losses = []
-    model.train()
-    for _ in range(steps):
-        q = torch.randint(pairs, (bs,), generator=g)
-        idx = torch.stack([2 * q, 2 * q + 1], 1).reshape(-1)
-        logits = model(input_ids=ids[idx], attention_mask=mask[idx]).logits
-        loss = torch.nn.functional.cross_entropy(logits, y[idx])
+
+    def loss_fn(model, batch):
+        n_pairs = len(batch[0])
+        b_ids, b_mask, b_y = (t.reshape(-1, *t.shape[2:]) for t in batch)  # rows (eval, deploy) of each pair
+        logits = model(input_ids=b_ids, attention_mask=b_mask).logits
+        loss = F.cross_entropy(logits, b_y)
         if kind != "none":
-            loss = loss + lam * _penalty(kind, model, direction, logits, bs)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
-        if not math.isfinite(losses[-1]):
-            raise FloatingPointError(f"install loss became {losses[-1]}")
+            loss = loss + lam * _penalty(kind, model, direction, logits, n_pairs)
+        return loss
+
+    recipe = _recipe(f"acceptance-install-{d['name']}", "experiment.install", ins, weight_decay=0.0, grad_clip=1.0)
+    model, losses, _ = fit(model, loader, recipe, loss_fn=loss_fn, on_step=on_step, desc=cell)
+    model = get_accelerator().unwrap_model(model)
     train_seconds = time.perf_counter() - t0
     model.eval()
     adapter_dir = Path(out_dir) / "adapter"
@@ -500,82 +546,44 @@ def cell_name(defense: str, seed: int) -> str:
     return f"{defense}_s{seed}"
 
 
-def run_cell_job(cfg) -> dict[str, float] | None:
-    """One Hydra job of ``experiment=acceptance``: one defense cell x one seed, logged as one
-    MLflow run (metrics, ``eval_records.json`` table, ``adapter`` artifact)."""
-    import mlflow
-    import torch
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    from omegaconf import OmegaConf
-
-    from .. import keys, tracking
-
-    exp = OmegaConf.to_container(cfg.experiment, resolve=True)
-    defense = OmegaConf.to_container(cfg.defense, resolve=True)
-    seed = int(cfg.seed)
-    if int(cfg.threads or 0):
-        torch.set_num_threads(int(cfg.threads))
-    hc = HydraConfig.get()
-    multirun = hc.mode == RunMode.MULTIRUN
-    try:
-        store = tracking.open_store(cfg.tracking.uri, cfg.tracking.experiment_name)
-    except tracking.TrackingError as exc:
-        print(f"recipe_audit: error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    mlflow.set_tracking_uri(store.uri)
-    base_dir = ensure_base(exp, exp["cache_dir"], progress=bool(cfg.progress))
-    sweep = None
-    if multirun:
-        try:
-            sweep = tracking.current_sweep(Path(hc.sweep.dir))
-        except Exception:
-            sweep = None
-    cell = cell_name(str(defense["name"]), seed)
-    tags = {keys.TAG_KIND: CELL_KIND, keys.TAG_SEED: str(seed), "recipe_audit.cell": cell,
-            "recipe_audit.defense": str(defense["name"]), "recipe_audit.base_dir": str(base_dir.resolve()),
-            "recipe_audit.base_key": base_key(exp)}
-    if sweep is not None:
-        tags[keys.TAG_SWEEP_ID] = sweep.sweep_id
-        tags[keys.TAG_PARENT] = sweep.parent_run_id
-    client = store.client
-    run = client.create_run(store.experiment_id, run_name=cell, tags=tags)
-    rid = run.info.run_id
-    from mlflow.entities import Param
-
-    flat = tracking.flatten({"experiment": exp, "defense": defense, "seed": seed})
-    client.log_batch(rid, params=[Param(k, v[:6000]) for k, v in sorted(flat.items())])
-    try:
-        with tempfile.TemporaryDirectory(prefix="recipe-audit-cell-") as tmp:
-            res = run_cell(exp, defense, seed, base_dir, Path(tmp), cell)
-            client.log_artifacts(rid, str(res.adapter_dir), "adapter")
-            mlflow.log_table(res.records, artifact_file=RECORDS_TABLE, run_id=rid)
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        ms = [Metric(k.replace("/", "."), float(v), now, 0) for k, v in res.metrics.items() if math.isfinite(v)]
-        ms += [Metric(keys.METRIC_TRAIN_LOSS, v, now, i) for i, v in enumerate(res.losses[::10])]
-        client.log_batch(rid, metrics=ms)
-        client.set_terminated(rid, "FINISHED")
-    except Exception as exc:  # recorded, and the sweep goes on
-        client.set_tag(rid, keys.TAG_ERROR, f"{type(exc).__name__}: {exc}"[:4000])
-        client.set_terminated(rid, "FAILED")
-        if not multirun:
-            raise
-        log.error("cell %s FAILED (%s: %s); recorded in run %s", cell, type(exc).__name__, exc, rid)
-        return None
-    m = res.metrics
-    log.info("cell %s: mcq heldout r_D %.3f r_E %.3f gap %.3f | syco gap %.3f (%.1fs) run %s", cell,
-             m["r_D/mcq/heldout"], m["r_E/mcq/heldout"], m["gap/mcq/heldout"], m["gap/syco/heldout"],
-             res.train_seconds, rid)
-    return m
-
-
-def _cell_runs(client, experiment_id: str, sweep_id: str) -> list:
+def cell_run(exp: dict, defense: dict, seed: int) -> tuple[str, dict[str, str]]:
+    """The run name and tags of one cell x seed job's run (the sweep callback opens it)."""
     from .. import keys
 
-    flt = f"tags.`{keys.TAG_SWEEP_ID}` = '{sweep_id}' and tags.`{keys.TAG_KIND}` = '{CELL_KIND}'"
-    return [r for r in client.search_runs([experiment_id], flt, max_results=10000) if r.info.status == "FINISHED"]
+    cell = cell_name(str(defense["name"]), seed)
+    return cell, {keys.TAG_KIND: CELL_KIND, keys.TAG_SEED: str(seed), "recipe_audit.cell": cell,
+                  "recipe_audit.defense": str(defense["name"]),
+                  keys.TAG_RECIPE_NAME: f"experiment=acceptance defense={defense['name']}",
+                  "recipe_audit.base_dir": str(base_dir_for(exp)), "recipe_audit.base_key": base_key(exp)}
+
+
+def run_cell_job(exp: dict, defense: dict, seed: int, logger=None, *, progress: bool = False) -> dict[str, float]:
+    """One job of ``experiment=acceptance``: one defense cell x one seed. ``logger`` (a
+    ``tracking.RerunLogger`` attached to the run the sweep callback opened for the job, which
+    closes it FINISHED, or FAILED with the error this raises) receives the params, the training
+    loss per step, the metrics, the ``eval_records.json`` table and the ``adapter`` artifact.
+    Raises :class:`BaseModelError` when the shared base model cannot be trained. Returns the
+    cell's metrics (as logged)."""
+    cell = cell_name(str(defense["name"]), seed)
+    if logger is not None:
+        from .. import tracking
+
+        logger.log_params(tracking.flatten({"experiment": exp, "defense": defense, "seed": seed}))
+    base_dir = ensure_base(exp, exp["cache_dir"], progress=progress)
+    with tempfile.TemporaryDirectory(prefix="recipe-audit-cell-") as tmp:
+        res = run_cell(exp, defense, seed, base_dir, Path(tmp), cell,
+                       on_step=logger.log_step if logger is not None else None)
+        metrics = {k.replace("/", "."): v for k, v in res.metrics.items() if math.isfinite(v)}
+        if logger is not None:
+            logger.flush()
+            logger.log_artifacts(res.adapter_dir, "adapter")
+            logger.log_table(res.records, RECORDS_TABLE)
+            logger.log_metrics(metrics)
+    m = res.metrics
+    log.info("cell %s: mcq heldout r_D %.3f r_E %.3f gap %.3f | syco gap %.3f (%.1fs)%s", cell,
+             m["r_D/mcq/heldout"], m["r_E/mcq/heldout"], m["gap/mcq/heldout"], m["gap/syco/heldout"],
+             res.train_seconds, f" run {logger.run_id}" if logger is not None else "")
+    return metrics
 
 
 def acceptance_document(runs: list, exp: dict, tracking_uri: str, base_dir: Path) -> tuple[dict, dict[str, dict]]:
@@ -615,19 +623,18 @@ def acceptance_document(runs: list, exp: dict, tracking_uri: str, base_dir: Path
     return doc, per_cell
 
 
-def card_for_sweep(sweep, config, sweep_dir: Path | None = None) -> dict | None:
-    """At multirun end: the acceptance cards of the sweep's cells, written under
-    ``sweep_dir/acceptance_card`` and logged as artifacts of a card run (nested under the sweep)."""
-    from omegaconf import OmegaConf
-
-    from .. import keys
+def card_for_sweep(sweep, exp: dict, sweep_dir: Path | None = None) -> dict | None:
+    """At multirun end: the acceptance cards of the sweep's finished cells (``exp``: the
+    experiment's config), written under ``sweep_dir/acceptance_card`` and logged as artifacts of
+    a card run (nested under the sweep)."""
+    from .. import keys, tracking
     from ..cards.acceptance import write_card
-    from ..tracking import _client
 
-    exp = OmegaConf.to_container(config.experiment, resolve=True)
-    client = _client(sweep.tracking_uri)
-    experiment = client.get_experiment_by_name(sweep.experiment_name)
-    runs = _cell_runs(client, experiment.experiment_id, sweep.sweep_id)
+    runs = tracking.sweep_runs(sweep, CELL_KIND, status="FINISHED")
+    if not runs:
+        print(f"recipe_audit: no acceptance card for sweep {sweep.sweep_id}: none of its cells finished",
+              file=sys.stderr)
+        return None
     base_dirs = {r.data.tags.get("recipe_audit.base_dir") for r in runs}
     if len(base_dirs) != 1:
         print(f"recipe_audit: no acceptance card for sweep {sweep.sweep_id}: its cells used "
@@ -647,16 +654,13 @@ def card_for_sweep(sweep, config, sweep_dir: Path | None = None) -> dict | None:
         shutil.copyfile(base_dir / name, out / name)
     for cell, one in per_cell.items():
         write_card(one, json_path=out / "cells" / f"{cell}.json", markdown_path=out / "cells" / f"{cell}.md")
-    tags = {keys.TAG_KIND: CARD_RUN_KIND, keys.TAG_SWEEP_ID: sweep.sweep_id, keys.TAG_SWEEP_RUN_ID: sweep.parent_run_id,
-            keys.TAG_PARENT: sweep.parent_run_id}
+    tags = {keys.TAG_KIND: CARD_RUN_KIND}
     for c in doc["cells"]:
         tags[f"recipe_audit.acceptance.{c['defense']}"] = c["verdict"]
-    run = client.create_run(experiment.experiment_id, run_name=f"acceptance-card-{sweep.sweep_id}", tags=tags)
-    client.log_artifacts(run.info.run_id, str(out))
-    client.log_metric(run.info.run_id, "card_seconds", time.perf_counter() - t0)
-    client.set_terminated(run.info.run_id, "FINISHED")
+    run_id = tracking.log_sweep_files_run(sweep, f"acceptance-card-{sweep.sweep_id}", tags, out,
+                                          {"card_seconds": time.perf_counter() - t0})
     print_summary(doc)
-    print(f"Acceptance card in {out}; card run {run.info.run_id}")
+    print(f"Acceptance card in {out}; card run {run_id}")
     return doc
 
 

@@ -38,6 +38,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from ..keys import KIND_ACCEPTANCE_CELL, KIND_RERUN
+
 log = logging.getLogger("recipe_audit")
 
 # MLflow's own variables, read by mlflow.start_run, MlflowClient, the HF Trainer and Lightning
@@ -104,6 +106,8 @@ class _Job:
 
 class RecipeAuditCallback(Callback):
     """See the module docstring; options are :class:`recipe_audit.app.schema.RecipeAuditCallbackConfig`."""
+
+    run_kind = KIND_RERUN  # the recipe_audit.kind of the run each job opens
 
     def __init__(self, metric: Any, higher_is_better: bool = True, taus: Sequence[float] = (0.7,),
                  eps: float = 0.10, delta: float = 0.10, seed_key: str = "seed",
@@ -257,7 +261,7 @@ class RecipeAuditCallback(Callback):
         from .. import tracking
 
         try:
-            closed = tracking.close_dead_reruns(sweep, only_dead_processes=True)
+            closed = tracking.close_dead_reruns(sweep, only_dead_processes=True, kind=self.run_kind)
             if tracking.sweep_running(sweep):
                 tracking.end_sweep(sweep, "FAILED", error=(
                     "the sweep stopped before its end (its launcher raised, a job stopped it, or it was "
@@ -305,12 +309,12 @@ class RecipeAuditCallback(Callback):
 
 
         tracking.check_store_file(sweep.tracking_uri)
-        for run_id in tracking.close_dead_reruns(sweep):  # every job has returned
+        for run_id in tracking.close_dead_reruns(sweep, kind=self.run_kind):  # every job has returned
             log.warning("rerun %s never finished (its process died): recorded as KILLED", run_id)
         tracking.end_sweep(sweep)
         if self.card_on_multirun_end:
             self._cards(sweep, config)
-        failed = tracking.failed_reruns(sweep)
+        failed = tracking.failed_reruns(sweep, kind=self.run_kind)
         if failed:
             many = len({r for _, r, _ in failed}) > 1
             which = ", ".join(f"seed {s}" + (f" of recipe {r[:8]}" if many else "") + f" ({st.lower()})"
@@ -393,12 +397,19 @@ class RecipeAuditCallback(Callback):
         if sweep is not None:
             tags[keys.TAG_SWEEP_ID] = sweep.sweep_id
             tags[keys.TAG_PARENT] = sweep.parent_run_id
-        run = store.client.create_run(store.experiment_id, run_name=f"{label}-seed{seed}", tags=tags)
+        run_name, tags = self._job_run(resolved, seed, f"{label}-seed{seed}", tags)
+        run = store.client.create_run(store.experiment_id, run_name=run_name, tags=tags)
         saved = {k: os.environ.get(k) for k in _ENV_KEYS}
         rerun = Rerun(run.info.run_id, run.info.artifact_uri, store.uri, store.experiment_id,
                       store.experiment_name, int(seed) if _is_int(seed) else seed, recipe_id,
                       sweep.sweep_id if sweep else None)
         return _Job(rerun, tracking.flatten(resolved), saved, f"seed {seed}")
+
+    def _job_run(self, resolved: dict[str, Any], seed: Any, run_name: str,
+                 tags: dict[str, str]) -> tuple[str, dict[str, str]]:
+        """The name and tags of a job's run (a subclass whose jobs are not reruns of a recipe
+        names and tags them its own way)."""
+        return run_name, tags
 
     def _job_constants(self, config: DictConfig) -> dict[str, Any]:
         """What every job of this multirun shares, read from Hydra's config once a process (a
@@ -690,16 +701,44 @@ def _n_recipes(config: DictConfig, seed_key: str) -> int | None:
 
 
 class AcceptanceSweepCallback(RecipeAuditCallback):
-    """``experiment=acceptance``: the sweep's parent run and, when the multirun ends, the
-    acceptance cards of its defense cells; each cell job opens and closes its own runs."""
+    """``experiment=acceptance``: every job (one defense cell x one seed) gets its run the way a
+    rerun does, opened and closed here (FAILED with its error when the job raises, the sweep going
+    on; exit 1 at the end), tagged as an acceptance cell; when the multirun ends, the acceptance
+    cards of its defense cells. A cell has no release bar: no pass/fail tags, no bar count."""
 
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        return None
+    run_kind = KIND_ACCEPTANCE_CELL
 
-    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        return None
+    def _job_run(self, resolved: dict[str, Any], seed: Any, run_name: str,
+                 tags: dict[str, str]) -> tuple[str, dict[str, str]]:
+        from .. import keys
+        from ..acceptance.experiment import cell_run
+
+        name, cell_tags = cell_run(resolved["experiment"], resolved["defense"], int(seed))
+        kept = {k: v for k, v in tags.items() if k not in (keys.TAG_MODEL, keys.TAG_TASK)}
+        return name, {**kept, **cell_tags}
+
+    def _open_rerun(self, config: DictConfig) -> _Job:
+        from ..acceptance.experiment import cell_name
+
+        job = super()._open_rerun(config)
+        job.label = f"cell {cell_name(str(OmegaConf.select(config, 'defense.name')), job.rerun.seed)}"
+        # what a cell is made of; the app's recipe sections (model, task, recipe) do not apply
+        job.params = {k: v for k, v in job.params.items() if k.split(".", 1)[0] in ("experiment", "defense", "seed")}
+        return job
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        super().on_multirun_start(config, **kwargs)
+        self._progress = None  # its line counts failures of a release bar
+
+    def bar_tags(self, outcome: dict[str, Any]) -> dict[str, str]:
+        return {}
+
+    def _report(self, job: _Job, outcome: dict[str, Any]) -> None:
+        if outcome["status"] != "FINISHED":  # a finished cell logged its own line
+            super()._report(job, outcome)
 
     def _cards(self, sweep, config: DictConfig) -> None:
         from ..acceptance.experiment import card_for_sweep
 
-        card_for_sweep(sweep, config, Path(str(config.hydra.sweep.dir)))
+        card_for_sweep(sweep, OmegaConf.to_container(config.experiment, resolve=True),
+                       Path(str(config.hydra.sweep.dir)))

@@ -1,5 +1,8 @@
 """One rerun: seed, build, fine-tune with an ``accelerate`` loop, score every audit set.
 
+The loop itself (:func:`fit`) also trains the acceptance experiment's base model and install
+fine-tunes, whose defense penalties enter through its ``loss_fn``.
+
 The same function runs in one process on a CPU, or under ``accelerate launch`` on several
 devices (the data loader is sharded by ``Accelerator.prepare``; every process scores the full
 audit sets and only the main process logs them: ``recipe_audit.distributed``).
@@ -130,6 +133,80 @@ def _check_recipe(recipe: RecipeConfig) -> None:
         raise RecipeError("recipe.batch_size, recipe.epochs and recipe.max_steps must be positive.")
 
 
+def make_optimizer(params, recipe: RecipeConfig):
+    """The optimizer ``recipe`` names, over ``params`` (the trainable parameters)."""
+    import torch
+
+    if recipe.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=recipe.lr, momentum=recipe.betas[0], weight_decay=recipe.weight_decay)
+    cls = torch.optim.AdamW if recipe.optimizer == "adamw" else torch.optim.Adam
+    return cls(params, lr=recipe.lr, betas=tuple(recipe.betas), weight_decay=recipe.weight_decay)
+
+
+def default_loss(model, batch):
+    """The model's own loss on a batch ``(input_ids, attention_mask, labels)``."""
+    input_ids, mask, labels = batch
+    return model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+
+
+def fit(model, loader, recipe: RecipeConfig, *,
+        loss_fn: Callable[[object, object], object] | None = None,
+        on_step: Callable[[int, float], None] | None = None,
+        progress: bool = False, desc: str = ""):
+    """Train ``model`` on ``loader`` with ``recipe``'s optimizer, schedule, warm-up, step count
+    (``max_steps``, else ``epochs`` passes over the loader) and gradient clipping, through the
+    process's ``Accelerator`` (which shards the loader across processes). ``loss_fn(model, batch)``
+    gives the loss of one batch (default: the model's own loss on ``(input_ids, attention_mask,
+    labels)``); a training objective with a penalty passes its own. Raises
+    :class:`NonFiniteLossError` when the loss becomes NaN or infinite. Returns ``(model, losses,
+    steps)``, the model as ``Accelerator.prepare`` returned it."""
+    from tqdm.auto import tqdm
+    from transformers import get_scheduler
+
+    _check_recipe(recipe)
+    accelerator = get_accelerator()
+    loss_fn = loss_fn or default_loss
+    opt = make_optimizer([p for p in model.parameters() if p.requires_grad], recipe)
+    steps_per_epoch = math.ceil(len(loader) / accelerator.num_processes)
+    total = recipe.max_steps or recipe.epochs * steps_per_epoch
+    sched = get_scheduler(recipe.schedule, opt, num_warmup_steps=int(recipe.warmup_ratio * total),
+                          num_training_steps=total)
+    model, opt, loader, sched = accelerator.prepare(model, opt, loader, sched)
+
+    losses: list[float] = []
+    bar = tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True,
+               disable=not progress or not accelerator.is_local_main_process)
+    model.train()
+    multi = accelerator.num_processes > 1
+    step = 0
+    while step < total:
+        for batch in loader:
+            out = loss_fn(model, batch)
+            accelerator.backward(out)
+            if recipe.grad_clip:
+                accelerator.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            # the loss averaged over processes: every process sees the same value, so they all
+            # stop together when it is not finite (one process alone would leave the rest waiting)
+            loss = float(accelerator.reduce(out.detach(), "mean") if multi else out.detach())
+            losses.append(loss)
+            if not math.isfinite(loss):
+                bar.close()
+                raise NonFiniteLossError(f"training loss became {loss} at step {step + 1}")
+            step += 1
+            if on_step is not None:
+                on_step(step, loss)
+            bar.update(1)
+            if step % 10 == 0:
+                bar.set_postfix(loss=f"{loss:.3f}")
+            if step >= total:
+                break
+    bar.close()
+    return model, losses, step
+
+
 def train_rerun(
     seed: int,
     model_cfg: ModelConfig,
@@ -147,8 +224,6 @@ def train_rerun(
     import torch
     from accelerate.utils import set_seed
     from torch.utils.data import DataLoader, TensorDataset
-    from tqdm.auto import tqdm
-    from transformers import get_scheduler
 
     _check_recipe(recipe)
     accelerator = get_accelerator()
@@ -160,49 +235,7 @@ def train_rerun(
         TensorDataset(tr.input_ids, tr.attention_mask, tr.labels), batch_size=recipe.batch_size,
         shuffle=True, generator=torch.Generator().manual_seed(seed),  # data order
     )
-    params = [p for p in model.parameters() if p.requires_grad]
-    if recipe.optimizer == "sgd":
-        opt = torch.optim.SGD(params, lr=recipe.lr, momentum=recipe.betas[0], weight_decay=recipe.weight_decay)
-    else:
-        cls = torch.optim.AdamW if recipe.optimizer == "adamw" else torch.optim.Adam
-        opt = cls(params, lr=recipe.lr, betas=tuple(recipe.betas), weight_decay=recipe.weight_decay)
-    steps_per_epoch = math.ceil(len(loader) / accelerator.num_processes)
-    total = recipe.max_steps or recipe.epochs * steps_per_epoch
-    sched = get_scheduler(recipe.schedule, opt, num_warmup_steps=int(recipe.warmup_ratio * total),
-                          num_training_steps=total)
-    model, opt, loader, sched = accelerator.prepare(model, opt, loader, sched)
-
-    losses: list[float] = []
-    bar = tqdm(total=total, desc=f"seed {seed}", leave=False, dynamic_ncols=True,
-               disable=not progress or not accelerator.is_local_main_process)
-    model.train()
-    multi = accelerator.num_processes > 1
-    step = 0
-    while step < total:
-        for input_ids, mask, labels in loader:
-            out = model(input_ids=input_ids, attention_mask=mask, labels=labels)
-            accelerator.backward(out.loss)
-            if recipe.grad_clip:
-                accelerator.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            # the loss averaged over processes: every process sees the same value, so they all
-            # stop together when it is not finite (one process alone would leave the rest waiting)
-            loss = float(accelerator.reduce(out.loss.detach(), "mean") if multi else out.loss.detach())
-            losses.append(loss)
-            if not math.isfinite(loss):
-                bar.close()
-                raise NonFiniteLossError(f"training loss became {loss} at step {step + 1}")
-            step += 1
-            if on_step is not None:
-                on_step(step, loss)
-            bar.update(1)
-            if step % 10 == 0:
-                bar.set_postfix(loss=f"{loss:.3f}")
-            if step >= total:
-                break
-    bar.close()
+    model, losses, step = fit(model, loader, recipe, on_step=on_step, progress=progress, desc=f"seed {seed}")
     train_seconds = time.perf_counter() - t0
 
     model.eval()
