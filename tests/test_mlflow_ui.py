@@ -74,7 +74,11 @@ def _sweep_and_attach(tmp_path: Path, uri: str) -> dict:
 
 @pytest.fixture
 def mlflow_ui(tmp_path):
-    """``mlflow server`` on a free loopback port over a fresh SQLite store; yields (base URL, URI)."""
+    """``mlflow server`` on a free loopback port over a fresh SQLite store; yields (base URL, URI,
+    the server's process, its log). Skips first when there is no browser to open it with."""
+    if _chromium() is None:
+        pytest.skip("no Chromium found (apt-get install chromium)")
+    pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install playwright)")
     (tmp_path / "store").mkdir()
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     from mlflow.tracking import MlflowClient
@@ -122,10 +126,9 @@ def _close_assistant(page) -> None:
 
 @pytest.mark.slow
 def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
+    from playwright import sync_api
+
     chromium = _chromium()
-    if chromium is None:
-        pytest.skip("no Chromium found (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install playwright)")
     base, uri, server, log = mlflow_ui
     ids = _sweep_and_attach(tmp_path, uri)
     # the sweep's row is named by its verdict first (the runs table's name column is narrow)
