@@ -108,6 +108,9 @@ class RecipeAuditCallback(Callback):
     """See the module docstring; options are :class:`recipe_audit.app.schema.RecipeAuditCallbackConfig`."""
 
     run_kind = KIND_RERUN  # the recipe_audit.kind of the run each job opens
+    # how the exit sentence names the jobs that did not finish, and what the card made of them
+    failed_noun = "rerun(s)"
+    failed_consequence = "the card counts them as failures"
 
     def __init__(self, metric: Any, higher_is_better: bool = True, taus: Sequence[float] = (0.7,),
                  eps: float = 0.10, delta: float = 0.10, seed_key: str = "seed",
@@ -319,8 +322,8 @@ class RecipeAuditCallback(Callback):
             many = len({r for _, r, _ in failed}) > 1
             which = ", ".join(f"seed {s}" + (f" of recipe {r[:8]}" if many else "") + f" ({st.lower()})"
                               for s, r, st in failed)
-            _stop(f"{len(failed)} rerun(s) of sweep {sweep.sweep_id} did not finish: {which}; the card counts "
-                  "them as failures.", code=1)
+            _stop(f"{len(failed)} {self.failed_noun} of sweep {sweep.sweep_id} did not finish: {which}; "
+                  f"{self.failed_consequence}.", code=1)
 
     def _cards(self, sweep, config: DictConfig) -> None:
         from .. import tracking
@@ -707,6 +710,8 @@ class AcceptanceSweepCallback(RecipeAuditCallback):
     cards of its defense cells. A cell has no release bar: no pass/fail tags, no bar count."""
 
     run_kind = KIND_ACCEPTANCE_CELL
+    failed_noun = "acceptance cell(s)"
+    failed_consequence = "the acceptance card leaves them out"
 
     def _job_run(self, resolved: dict[str, Any], seed: Any, run_name: str,
                  tags: dict[str, str]) -> tuple[str, dict[str, str]]:
