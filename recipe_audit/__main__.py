@@ -254,7 +254,16 @@ def _refuse_unconnected_processes() -> None:
             sys.exit(2)
 
 
+_CLI_COMMANDS = ("bound", "card", "acceptance", "attach", "gate", "verify")
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] in _CLI_COMMANDS:
+        # `python -m recipe_audit card ...` means the recipe-audit command (a bare word is never a
+        # Hydra override, which Hydra would answer with a parser traceback)
+        from .cli import main as cli_main
+
+        sys.exit(cli_main(sys.argv[1:]))
     _refuse_unconnected_processes()
     _freeze_setup()
     main()

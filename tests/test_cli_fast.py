@@ -94,3 +94,15 @@ def test_tracking_uri_help_names_the_true_default_store(tmp_path, monkeypatch):
     for name, text in helps.items():
         assert "$MLFLOW_TRACKING_URI" in text and f"sqlite:///{DEFAULT_STORE_DIR}/mlflow.db" in text, (name, text)
         assert "./mlruns)" not in text and "sqlite:///./" not in text, (name, text)
+
+
+def test_python_m_recipe_audit_forwards_a_command_word_to_the_cli():
+    """``python -m recipe_audit card --help`` is the card command's help, not a Hydra override
+    parser traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "recipe_audit", "card", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+    assert proc.stdout.startswith("usage: recipe-audit card")
