@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from ._validate import check_metrics, check_positive_int, check_scalar_delta, check_scalar_prob
 from .bounds import clopper_pearson_upper, sample_floor
@@ -102,12 +102,21 @@ _COVERAGE_SLACK = 1e-10  # calibrated coverage must exceed 1 - delta by this muc
 # ---------------------------------------------------------------------------------------------
 
 
+def _poisson_pmf(k, mu: float) -> np.ndarray:
+    """``scipy.stats.poisson.pmf(k, mu)`` for whole ``k >= 0`` and ``mu >= 0``: scipy's own formula,
+    ``exp(xlogy(k, mu) - gammaln(k + 1) - mu)`` clipped to [0, 1], the same numbers (tested) without
+    the distribution's per-call argument handling (the band's coverage calls it thousands of
+    times) or importing ``scipy.stats``."""
+    k = np.asarray(k)
+    return np.clip(np.exp(special.xlogy(k, mu) - special.gammaln(k + 1) - mu), 0, 1)
+
+
 def _poisson_step(p: np.ndarray, mu: float) -> np.ndarray:
     """Counts after adding Poisson(mu) points, truncated to the length of ``p``."""
     size = p.size
     # the Poisson tail beyond mu + 15 sqrt(mu) + 40 is below 1e-40: leave it out of the kernel
     length = min(size, int(math.ceil(mu + 15.0 * math.sqrt(mu) + 40.0)))
-    kernel = stats.poisson.pmf(np.arange(length), mu)
+    kernel = _poisson_pmf(np.arange(length), mu)
     return np.convolve(p, kernel)[:size]
 
 
@@ -148,7 +157,7 @@ def band_coverage(upper, n: int) -> float:
             prev = t
         p[:i] = 0.0  # at least i points must lie below u_(i-1)
     p = _poisson_step(p, n * (1.0 - prev))
-    return float(min(1.0, p[n] / stats.poisson.pmf(n, n)))
+    return float(min(1.0, p[n] / _poisson_pmf(n, n)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,6 +192,8 @@ def ks_constant(n: int, delta: float) -> float:
     """``c = ksone.ppf(1 - delta, n)``: the exact one-sided KS band half-width (continuous F)."""
     n = check_positive_int("n", n)
     d = check_scalar_prob("delta", delta)
+    from scipy import stats
+
     return float(stats.ksone.ppf(1.0 - d, n))
 
 
@@ -290,7 +301,7 @@ def _band(n: int, delta: float, method: str) -> SimultaneousBand:
         cov = band_coverage(u, n) if n <= EXACT_CP_MAX_N else None
     else:
         raise StatsInputError(f"unknown band method {method!r}; use one of {', '.join(BAND_METHODS)} or 'auto'.")
-    levels = tuple(float(x) for x in u) + (1.0,)
+    levels = tuple(np.asarray(u, dtype=np.float64).tolist()) + (1.0,)
     return SimultaneousBand(method=method, label=_LABELS[method], n=n, delta=delta, c=c, local_level=alpha,
                             coverage=cov, fallback=method == "dkw", levels=levels)
 
@@ -482,7 +493,10 @@ def band_bounds(metrics, taus, *, eps: float = 0.10, delta: float = 0.10, higher
     hib = bool(higher_is_better)
     k = _failure_counts(m, t, hib) + extra
     upper = np.asarray(band.upper(k))
-    pointwise = np.asarray(clopper_pearson_upper(k, n, d))
+    # U(k, n) depends on k alone: computed once per distinct count (many bars share one), the
+    # same numbers elementwise
+    distinct, where = np.unique(k, return_inverse=True)
+    pointwise = np.asarray(clopper_pearson_upper(distinct, n, d))[where.reshape(k.shape)]
     j = band.max_certified_failures(e)
     # every bar with k(tau) <= j is certified: higher-is-better, tau <= the (j+1)-th smallest value
     eff = np.where(np.isfinite(m), m, -np.inf if hib else np.inf)
@@ -492,8 +506,8 @@ def band_bounds(metrics, taus, *, eps: float = 0.10, delta: float = 0.10, higher
     if 0 <= j < n and np.isfinite(eff[j]):
         limit = float(eff[j])
     return BandBounds(
-        taus=tuple(float(x) for x in t), k=tuple(int(x) for x in k), n=n, eps=e,
-        upper=tuple(float(x) for x in upper), pointwise_upper=tuple(float(x) for x in np.atleast_1d(pointwise)),
-        certified=tuple(bool(x) for x in upper <= e), certified_tau_limit=limit, higher_is_better=hib,
+        taus=tuple(t.tolist()), k=tuple(k.tolist()), n=n, eps=e,
+        upper=tuple(upper.tolist()), pointwise_upper=tuple(np.atleast_1d(pointwise).tolist()),
+        certified=tuple((upper <= e).tolist()), certified_tau_limit=limit, higher_is_better=hib,
         sample_floor=band_sample_floor(e, d, method), n_extra_failures=extra, band=band,
     )

@@ -160,6 +160,41 @@ class RuleDecisions:
         }
 
 
+_BOOTSTRAP_CHUNK = 1 << 22  # resampled values held at once (32 MiB of indices)
+
+
+def _bootstrap_means(b: np.ndarray, B: int, generator: np.random.Generator) -> np.ndarray:
+    """The means of ``B`` bootstrap resamples of ``b``: the rows of one
+    ``generator.integers(0, b.size, size=(B, b.size))`` draw, taken a block of rows at a time so
+    that memory stays bounded however large ``B * b.size`` is. Drawing the rows in blocks consumes
+    the generator exactly as the single draw does, and each row's mean is computed alone either way,
+    so the means are bit for bit those of the single draw (tested). With several blocks, one worker
+    thread resamples and averages a block while the next one is drawn (NumPy releases the GIL in
+    both); the draws stay in order in this thread."""
+    n = int(b.size)
+    rows = max(1, _BOOTSTRAP_CHUNK // n)
+    if rows >= B:
+        return b[generator.integers(0, n, size=(B, n))].mean(axis=1)
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = np.empty(B, dtype=np.float64)
+
+    def average(start: int, stop: int, idx: np.ndarray) -> None:
+        out[start:stop] = b[idx].mean(axis=1)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = []
+        for start in range(0, B, rows):
+            stop = min(B, start + rows)
+            idx = generator.integers(0, n, size=(stop - start, n))
+            if len(pending) >= 2:  # at most two blocks drawn and not yet averaged
+                pending.pop(0).result()
+            pending.append(pool.submit(average, start, stop, idx))
+        for job in pending:
+            job.result()
+    return out
+
+
 def apply_rules(
     metrics,
     tau,
@@ -242,8 +277,7 @@ def apply_rules(
     else:
         mean = float(np.mean(b))
         median = float(np.median(b))
-        idx = generator.integers(0, n_fin, size=(B, n_fin))
-        boot = float(np.percentile(b[idx].mean(axis=1), pct))
+        boot = float(np.percentile(_bootstrap_means(b, B, generator), pct))
     if n_fin < 2:
         sd = two_sd = nan
         notes.append(f"the sd rule needs at least 2 finished reruns (got {n_fin}), so it does not ship.")

@@ -66,6 +66,25 @@ def test_bootstrap_reproducible_and_uses_given_generator():
     assert apply_rules(x, 0.75).seed == 0  # no rng: fixed default seed, never the global RNG
 
 
+@pytest.mark.parametrize("n", [1, 2, 59, 1000, 4097])
+@pytest.mark.parametrize("B", [1, 7, 300])
+def test_bootstrap_in_blocks_is_the_single_draw_bit_for_bit(monkeypatch, n, B):
+    """The resamples are drawn a block of rows at a time (bounded memory at 100,000 reruns); the
+    means, the bootstrap limit and the generator's state afterwards are those of one
+    ``integers(0, n, size=(B, n))`` draw, exactly."""
+    from recipe_audit.stats import rules
+
+    x = np.random.default_rng(n).normal(0.8, 0.05, n)
+    monkeypatch.setattr(rules, "_BOOTSTRAP_CHUNK", 3 * n + 1)  # blocks of 3 rows, a ragged last one
+    g_blocks, g_once = np.random.default_rng(7), np.random.default_rng(7)
+    got = rules._bootstrap_means(x, B, g_blocks)
+    want = x[g_once.integers(0, n, size=(B, n))].mean(axis=1)
+    assert np.array_equal(got, want)
+    assert g_blocks.integers(0, 2**62) == g_once.integers(0, 2**62)
+    one = apply_rules(x, 0.75, rng=np.random.default_rng(7), B=B)
+    assert one.bootstrap_limit == float(np.percentile(want, 10))
+
+
 def test_lower_is_better_flips_every_comparison():
     rng = np.random.default_rng(5)
     for _ in range(20):
