@@ -15,12 +15,24 @@ def load(name: str) -> dict[str, Any]:
     return json.loads(resources.files("recipe_audit").joinpath("schemas", name).read_text())
 
 
-def check(doc: Mapping[str, Any], name: str, error: type[Exception], what: str) -> None:
-    """Raise ``error`` with one sentence when ``doc`` does not validate against schema ``name``."""
+@cache
+def validator(name: str) -> Any:
+    """A ``jsonschema`` validator for schema ``name``: the schema is checked once per process
+    (``jsonschema.validate`` checks it again on every call)."""
     import jsonschema
 
-    try:
-        jsonschema.validate(doc, load(name))
-    except jsonschema.ValidationError as exc:
+    schema = load(name)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def check(doc: Mapping[str, Any], name: str, error: type[Exception], what: str) -> None:
+    """Raise ``error`` with one sentence when ``doc`` does not validate against schema ``name``
+    (the error ``jsonschema.validate`` would raise: the best match among all)."""
+    import jsonschema
+
+    exc = jsonschema.exceptions.best_match(validator(name).iter_errors(doc))
+    if exc is not None:
         where = "/".join(str(p) for p in exc.absolute_path) or "the top level"
         raise error(f"Not a valid {what}: at {where}, {exc.message}.") from None
