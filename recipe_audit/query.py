@@ -1321,11 +1321,21 @@ class RerunSet:
         The hashed text is, for each seed in ``seeds`` order, ``json.dumps([seed, run_id,
         repr(float(value))])`` followed by a newline, UTF-8 encoded.
         """
-        h = hashlib.sha256()
-        for seed, rid, value in zip(self.seeds, self.run_ids, self.values.tolist(), strict=True):
-            h.update(json.dumps([seed, rid, repr(float(value))]).encode("utf-8"))
-            h.update(b"\n")
-        return h.hexdigest()
+        rows = list(zip(self.seeds, self.run_ids, map(repr, map(float, self.values.tolist())), strict=True))
+        return hashlib.sha256(_digest_text(rows).encode("utf-8")).hexdigest()
+
+
+def _digest_text(rows: list[tuple[Any, Any, str]]) -> str:
+    """``json.dumps([seed, run_id, value_repr]) + "\\n"`` for each row, joined: one ``json.dumps``
+    of all the rows (``"[" + ", ".join(row texts) + "]"``) with the separators between rows turned
+    into newlines. A row's own text can hold ``"], ["`` only inside a string; when the count of
+    ``"], ["`` shows one, each row is written alone (the same text)."""
+    if not rows:
+        return ""
+    whole = json.dumps(rows)
+    if whole.count("], [") == len(rows) - 1:
+        return whole[1:-1].replace("], [", "]\n[") + "\n"
+    return "".join(json.dumps(list(r)) + "\n" for r in rows)
 
 
 def _reason(status: str, logged: bool, value: float, start: int | None, now_ms: int, stale_ms: float) -> str:

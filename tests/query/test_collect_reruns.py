@@ -298,6 +298,24 @@ def test_digest_is_the_documented_sha256_and_tracks_the_results(rich_store):
     assert changed.digest() != r1.digest()
 
 
+@pytest.mark.parametrize("seeds, run_ids", [
+    ((0, 1, 2, 3), ("a", "b", None, "d")),
+    (("s0", "], [", "x], [y", 7), ("a", "], [", None, "é")),  # the row separator inside strings
+    ((5,), (None,)),
+    ((), ()),
+])
+def test_digest_of_all_rows_at_once_is_the_per_row_sha256(rich_store, seeds, run_ids):
+    """The digest is computed from one json.dumps of all the rows; it is the documented per-row
+    sha256 whatever the seeds and run ids hold (a separator-like string falls back to rows)."""
+    uri, _ = rich_store
+    values = np.array([0.5, float("nan"), 1e-300, -0.0][:len(seeds)])
+    rs = dataclasses.replace(_cells(uri)["r1"], seeds=seeds, run_ids=run_ids, values=values)
+    h = hashlib.sha256()
+    for seed, run_id, value in zip(seeds, run_ids, values.tolist(), strict=True):
+        h.update(json.dumps([seed, run_id, repr(float(value))]).encode() + b"\n")
+    assert rs.digest() == h.hexdigest()
+
+
 def test_sql_and_search_runs_give_the_same_cells(rich_store):
     uri, _ = rich_store
     by_path = []
