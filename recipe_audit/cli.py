@@ -207,15 +207,21 @@ def cmd_card(a: argparse.Namespace) -> int:
         if a.all_audits:
             audits = [*audits, *(x for x in scored_audit_sets(req) if x not in audits)]
             metrics = [keys.accuracy_key(x) for x in audits]
-    # what only the store knows: one read
+    # what only the store knows: one read (for one metric, the read the card itself is computed from)
+    frame = None
+    if not shift:
+        from .cards.compute import read_card_runs
+
+        frame = read_card_runs(req)
     notes = check.store(uri, a.experiment_name, metrics, seed_key=a.seed_key, group_by=a.group_by, taus=taus,
-                        higher_is_better=not a.lower_is_better, audits_named=bool(audits) or not a.metric)
+                        higher_is_better=not a.lower_is_better, audits_named=bool(audits) or not a.metric,
+                        frame=frame)
     if shift:
         doc = compute_shift_cards(req, opts, audits, split_audit=a.split_audit,
                                   responsiveness=a.responsiveness, n_splits=a.splits)
     else:
         doc = compute_cards(req, opts, split_audit=a.split_audit, responsiveness=a.responsiveness,
-                            n_splits=a.splits)
+                            n_splits=a.splits, frame=frame)
     try:
         files = render_files(doc, a.out) if a.out else None
         if a.json_path:

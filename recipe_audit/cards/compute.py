@@ -49,17 +49,28 @@ def _metric_name(metric: str) -> str:
     return metric[len("metrics."):] if metric.startswith("metrics.") else metric
 
 
+def read_card_runs(req: CardRequest):
+    """The runs of ``req`` as :func:`compute_cards` reads them (one ``read_runs``: the metric, the
+    seed, group and extra keys, the params that describe the recipe); raises ``QueryError``."""
+    from ..query import read_runs
+
+    extra = [f"params.{p}" for p in SUMMARY_PARAMS] + ["tags." + keys.TAG_SWEEP_ID, _SCORED_ON]
+    # an audit set no rerun was scored on is a question for refused-shift cells, not an error
+    return read_runs(req.tracking_uri, req.experiment, [_metric_name(req.metric)], seed_key=req.seed_key,
+                     group_by=list(req.group_by), extra_keys=extra, require_metrics=False)
+
+
 def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = False,
-                  responsiveness: bool = False, n_splits: int = 1000, rng_seed: int = 0) -> dict[str, Any]:
-    """The card document for every cell of ``req`` at every τ of ``opts``."""
+                  responsiveness: bool = False, n_splits: int = 1000, rng_seed: int = 0,
+                  frame=None) -> dict[str, Any]:
+    """The card document for every cell of ``req`` at every τ of ``opts``. ``frame``: the runs,
+    when the caller has read them already with :func:`read_card_runs` ``(req)`` (else read here)."""
     from ..query import QueryError, collect_reruns, read_runs
 
     metric = _metric_name(req.metric)
-    extra = [f"params.{p}" for p in SUMMARY_PARAMS] + ["tags." + keys.TAG_SWEEP_ID, _SCORED_ON]
     try:
-        # an audit set no rerun was scored on is a question for refused-shift cells, not an error
-        frame = read_runs(req.tracking_uri, req.experiment, [metric], seed_key=req.seed_key,
-                          group_by=list(req.group_by), extra_keys=extra, require_metrics=False)
+        if frame is None:
+            frame = read_card_runs(req)
         if not frame[f"logged[{metric}]"].any() and not frame[_SCORED_ON].notna().any():
             read_runs(req.tracking_uri, req.experiment, [metric], seed_key=req.seed_key)  # says why
     except QueryError as exc:

@@ -229,16 +229,19 @@ def _keys_of_runs(uri: str, run_ids: Sequence[str], kind: str) -> list[str]:
 
 
 def store(uri: str, experiment: str, metrics: Sequence[str], *, seed_key: str, group_by: Sequence[str],
-          taus: Sequence[float], higher_is_better: bool, audits_named: bool) -> list[str]:
+          taus: Sequence[float], higher_is_better: bool, audits_named: bool, frame=None) -> list[str]:
     """One read of the reruns: refuse a metric or audit set no rerun has (a typo is not a
     ``refused-shift`` verdict) and a group key no rerun has; return notes for τ outside the
-    values the finished reruns logged."""
+    values the finished reruns logged. ``frame``: the runs, when the caller has read them already
+    (``read_runs`` of ``metrics`` with ``seed_key``, ``group_by``, the audit-sets tag among the
+    extra keys and ``require_metrics=False``, as the card's own read does); else read here."""
     from ..query import read_runs
 
     scored_on = "tags." + keys.TAG_AUDIT_SETS
     names = [m[len("metrics."):] if m.startswith("metrics.") else m for m in metrics]
-    frame = read_runs(uri, experiment, names, seed_key=seed_key, group_by=list(group_by),
-                      extra_keys=[scored_on], require_metrics=False)
+    if frame is None:
+        frame = read_runs(uri, experiment, names, seed_key=seed_key, group_by=list(group_by),
+                          extra_keys=[scored_on], require_metrics=False)
     scored = sorted({a for t in frame[scored_on].tolist() if isinstance(t, str) for a in t.split(",") if a})
     for m in names:
         if frame[f"logged[{m}]"].any():
