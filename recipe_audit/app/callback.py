@@ -238,6 +238,7 @@ class RecipeAuditCallback(Callback):
         if sweep is None:
             sweep = tracking.start_sweep(store, seeds, sweep_dir, overrides)
         self.sweep = sweep
+        self._launcher = str(OmegaConf.select(config, "hydra.launcher._target_") or "")
         atexit.register(self._abandoned)
         self._progress = _Progress(os.getpid(), len(_launched_seeds(config, self.seed_key, sweep))
                                    * (_n_recipes(config, self.seed_key) or 1))
@@ -269,10 +270,12 @@ class RecipeAuditCallback(Callback):
                 tracking.end_sweep(sweep, "FAILED", error=(
                     "the sweep stopped before its end (its launcher raised, a job stopped it, or it was "
                     "interrupted); no card was computed for it"))
-                print(f"recipe_audit: sweep {sweep.sweep_id} stopped before its end: its parent run is "
-                      f"recorded FAILED and {len(closed)} unfinished rerun(s) KILLED; relaunch with resume=true "
-                      "to run the seeds left (hydra/launcher=local_parallel goes on when a worker is killed, "
-                      "where joblib's pool stops).", file=sys.stderr)
+                joblib = "joblib" in getattr(self, "_launcher", "")
+                print(f"recipe_audit: sweep {sweep.sweep_id} stopped before its end: its parent run is recorded "
+                      f"FAILED" + (f" and {len(closed)} unfinished rerun(s) KILLED" if closed else "")
+                      + ("; relaunch with resume=true to run the seeds left" if closed or joblib else "")
+                      + (" (hydra/launcher=local_parallel goes on when a worker is killed, where joblib's pool "
+                         "stops)" if joblib else "") + ".", file=sys.stderr)
             tracking.checkpoint_store(sweep.tracking_uri)
         except Exception:  # noqa: BLE001 - at exit, with the store perhaps gone: nothing more to do
             pass
