@@ -190,16 +190,9 @@ def check_sweep_parent(store: Store, sweep: SweepInfo) -> None:
                         f"{store.uri}: the store was deleted or replaced since the sweep started.") from None
 
 
-def _write_ahead_log(uri: str) -> None:
-    """Switch a local SQLite store to SQLite's write-ahead log, once (the mode is kept in the file).
-
-    In its default rollback-journal mode SQLite syncs the disk several times a commit and a
-    writer locks out readers; every rerun makes four commits (open, params and metrics, status),
-    so on a slow or busy disk those syncs were most of what the callback cost a job (the cost is
-    measured by ``bench/bench_plugin.py``), and parallel workers waited on each other's locks.
-    With the log, a commit is one append and readers (``mlflow ui``, a card) do not block
-    writers. The log needs the processes that share the file to share one machine's memory, as a
-    SQLite store already does to be safe; a store shared across machines belongs on a server."""
+def _sqlite_pragma(uri: str, pragma: str) -> None:
+    """Run one ``PRAGMA`` on a local SQLite store, best effort: a store that is busy or read-only
+    works as it is (only slower, or with its log not yet folded in). Other stores: nothing."""
     if not uri.startswith("sqlite:///"):
         return
     import sqlite3
@@ -207,30 +200,32 @@ def _write_ahead_log(uri: str) -> None:
     try:
         con = sqlite3.connect(uri[len("sqlite:///"):], timeout=5)
         try:
-            if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                con.execute("PRAGMA journal_mode=WAL")
+            con.execute(f"PRAGMA {pragma}")
         finally:
             con.close()
-    except sqlite3.Error:  # busy or read-only: the store works as it is, only slower
+    except sqlite3.Error:
         pass
+
+
+def _write_ahead_log(uri: str) -> None:
+    """Switch a local SQLite store to SQLite's write-ahead log (the mode is kept in the file; the
+    pragma is a no-op on a store already in it).
+
+    In its default rollback-journal mode SQLite syncs the disk several times a commit and a
+    writer locks out readers; every rerun makes four commits (open, params and metrics, status),
+    and parallel workers wait on each other's locks. With the log, a commit is one append and
+    readers (``mlflow ui``, a card) do not block writers; ``bench/bench_store_writes.py`` times
+    a rerun's four store calls in both modes. The log needs the processes that share the file to
+    share one machine's memory, as a SQLite store already does to be safe; a store shared across
+    machines belongs on a server."""
+    _sqlite_pragma(uri, "journal_mode=WAL")
 
 
 def checkpoint_store(uri: str) -> None:
     """Fold a SQLite store's write-ahead log back into the database file, so that ``mlflow.db``
     alone holds the whole sweep (to copy, to archive) once the sweep is over. Best effort: a
     store busy with another sweep keeps its log, which SQLite folds in later by itself."""
-    if not uri.startswith("sqlite:///"):
-        return
-    import sqlite3
-
-    try:
-        con = sqlite3.connect(uri[len("sqlite:///"):], timeout=5)
-        try:
-            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            con.close()
-    except sqlite3.Error:
-        pass
+    _sqlite_pragma(uri, "wal_checkpoint(TRUNCATE)")
 
 
 @contextmanager
