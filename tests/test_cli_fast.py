@@ -106,3 +106,15 @@ def test_python_m_recipe_audit_forwards_a_command_word_to_the_cli():
                           timeout=120)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr
     assert proc.stdout.startswith("usage: recipe-audit card")
+
+
+def test_the_command_words_python_m_forwards_are_the_clis_commands():
+    """``python -m recipe_audit`` keeps its own list of command words (so the Hydra app does not
+    build the CLI's parser at every start): it must name exactly the CLI's subcommands."""
+    import argparse
+
+    from recipe_audit.__main__ import _CLI_COMMANDS
+    from recipe_audit.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert sorted(_CLI_COMMANDS) == sorted(sub.choices)
