@@ -95,17 +95,23 @@ def test_base_model_failure_is_one_sentence(tmp_path):
         X.ensure_base(bad, tmp_path / "cache")
 
 
+def _small_sweep_with(tmp_path, override: str):
+    """A small acceptance sweep (seed 0, cells none and l2sp) with one override injecting a fault;
+    returns the store's URI and the finished process."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = run_app(["-m", "experiment=acceptance", "size=small", "seed=0", "defense=none,l2sp", override,
+                    f"experiment.cache_dir={tmp_path / 'cache'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                   cwd=tmp_path, env_extra={"MLFLOW_TRACKING_URI": uri}, timeout=600)
+    return uri, proc
+
+
 @pytest.mark.slow
 def test_base_model_failure_ends_the_sweep_with_a_failed_run(tmp_path):
     """A sweep whose base model cannot be trained: the job's cell run is FAILED with its one-line
     error, the sweep's run FAILED with the sentence, nothing RUNNING, exit 2 with one sentence."""
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = run_app(["-m", "experiment=acceptance", "size=small", "seed=0", "defense=none,l2sp",
-                    "experiment.base.lr=1e30", f"experiment.cache_dir={tmp_path / 'cache'}",
-                    f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, env_extra={"MLFLOW_TRACKING_URI": uri},
-                   timeout=600)
+    uri, proc = _small_sweep_with(tmp_path, "experiment.base.lr=1e30")
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("recipe_audit: error:")]
     assert len(errors) == 1, proc.stderr[-3000:]
@@ -130,11 +136,7 @@ def test_failed_cells_are_failed_runs_and_the_sweep_goes_on(tmp_path):
     on to the next cell), no card, exit 1 with one sentence, nothing RUNNING."""
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = run_app(["-m", "experiment=acceptance", "size=small", "seed=0", "defense=none,l2sp",
-                    "experiment.install.lr=1e30", f"experiment.cache_dir={tmp_path / 'cache'}",
-                    f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, env_extra={"MLFLOW_TRACKING_URI": uri},
-                   timeout=600)
+    uri, proc = _small_sweep_with(tmp_path, "experiment.install.lr=1e30")
     assert proc.returncode == 1, proc.stderr[-3000:]
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("recipe_audit: error:")]
     assert len(errors) == 1 and "did not finish" in errors[0], proc.stderr[-3000:]
