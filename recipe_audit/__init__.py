@@ -21,13 +21,13 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the comm
 __all__ = ["Card", "attach", "bound", "card", "card_from_runs", "gate", "verdict"]
 
 if TYPE_CHECKING:
-    from .api import Card, attach, bound, card, card_from_runs, gate, verdict
+    from recipe_audit.api import Card, attach, bound, card, card_from_runs, gate, verdict
 
 
 def __getattr__(name: str):
     """Import :mod:`recipe_audit.api` on first use of one of its names (PEP 562)."""
     if name in __all__:
-        from . import api
+        from recipe_audit import api
 
         value = getattr(api, name)
         globals()[name] = value

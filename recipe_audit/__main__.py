@@ -16,7 +16,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from .config import register_configs, unknown_keys
+from recipe_audit.config import register_configs, unknown_keys
 
 log = logging.getLogger("recipe_audit")
 
@@ -48,7 +48,7 @@ class ConfigurationError(ValueError):
 
 def run_job(cfg: DictConfig) -> dict[str, float] | None:
     """Train and log one rerun. Returns the audit accuracies (None when the rerun failed)."""
-    from .distributed import DistributedError
+    from recipe_audit.distributed import DistributedError
 
     try:
         return _run_job(cfg)
@@ -57,7 +57,7 @@ def run_job(cfg: DictConfig) -> dict[str, float] | None:
 
 
 def _run_job(cfg: DictConfig) -> dict[str, float] | None:
-    from . import distributed
+    from recipe_audit import distributed
 
     if OmegaConf.select(cfg, "experiment.kind", default=None) == "acceptance":  # experiment=acceptance
         if distributed.world_size() > 1:
@@ -67,11 +67,11 @@ def _run_job(cfg: DictConfig) -> dict[str, float] | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from .config import RunConfig
-    from .train.loop import RecipeError, prepare_task, select_audits, train_rerun
-    from .train.models import ModelError
-    from .train.shift import prepare_extra_audits
-    from .train.tasks import TaskError
+    from recipe_audit.config import RunConfig
+    from recipe_audit.train.loop import RecipeError, prepare_task, select_audits, train_rerun
+    from recipe_audit.train.models import ModelError
+    from recipe_audit.train.shift import prepare_extra_audits
+    from recipe_audit.train.tasks import TaskError
 
     if _FREEZES_LEFT > 2:  # the first job
         _freeze_setup()
@@ -155,7 +155,7 @@ def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from .acceptance.experiment import BaseModelError, cell_name, run_cell_job
+    from recipe_audit.acceptance.experiment import BaseModelError, cell_name, run_cell_job
 
     exp = OmegaConf.to_container(cfg.experiment, resolve=True)
     defense = OmegaConf.to_container(cfg.defense, resolve=True)
@@ -178,8 +178,8 @@ def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
 
 def _attach_rerun(audit_names, cfg):
     """A writer for the rerun's run the callback opened for this job (None on other processes)."""
-    from . import keys, tracking
-    from .app.callback import current_rerun
+    from recipe_audit import keys, tracking
+    from recipe_audit.app.callback import current_rerun
 
     rerun = current_rerun()
     if rerun is None:
@@ -199,7 +199,7 @@ def _stop_if_store_gone(store, seed: int, exc: BaseException) -> None:
     """A tracking server that went away mid-sweep stops the sweep with one sentence (rather than
     recording reruns nowhere): every rerun that finished before is in the store, and relaunching
     with ``tracking.resume=true`` trains only the others."""
-    from . import tracking
+    from recipe_audit import tracking
 
     try:
         tracking.check_reachable(store.uri)
@@ -212,11 +212,11 @@ def _stop_if_store_gone(store, seed: int, exc: BaseException) -> None:
 def _fail(message: str, exc: BaseException | None = None, record: bool = True) -> None:
     """One sentence and exit 2. The rerun's run (if the callback opened one) is closed FAILED
     first: exiting skips the callback's end of the job."""
-    from .app.callback import current_rerun
+    from recipe_audit.app.callback import current_rerun
 
     rerun = current_rerun()
     if record and rerun is not None:
-        from . import tracking
+        from recipe_audit import tracking
 
         try:
             store = tracking.open_store(rerun.tracking_uri, rerun.experiment_name)
@@ -227,7 +227,7 @@ def _fail(message: str, exc: BaseException | None = None, record: bool = True) -
                 tracking.end_sweep(sweep, "FAILED", error=message)
         except Exception:  # noqa: BLE001 - the sentence below is what the user needs
             pass
-    from .uris import mask_in_text
+    from recipe_audit.uris import mask_in_text
 
     print(f"recipe_audit: error: {mask_in_text(message)}", file=sys.stderr)
     sys.exit(2)
@@ -245,7 +245,7 @@ def _refuse_unconnected_processes() -> None:
     import os
 
     if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-        from .distributed import DistributedError, world_size
+        from recipe_audit.distributed import DistributedError, world_size
 
         try:
             world_size()
@@ -261,7 +261,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] in _CLI_COMMANDS:
         # `python -m recipe_audit card ...` means the recipe-audit command (a bare word is never a
         # Hydra override, which Hydra would answer with a parser traceback)
-        from .cli import main as cli_main
+        from recipe_audit.cli import main as cli_main
 
         sys.exit(cli_main(sys.argv[1:]))
     _refuse_unconnected_processes()

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .registry import AttachResult, GateResult
-    from .stats.exact import TailBound
+    from recipe_audit.registry import AttachResult, GateResult
+    from recipe_audit.stats.exact import TailBound
 
 __all__ = ["Card", "attach", "bound", "card", "card_from_runs", "gate", "verdict"]
 
@@ -50,7 +50,7 @@ def bound(failures: int, reruns: int, eps: float = 0.10, delta: float = 0.10) ->
     >>> bound(6, 59).more_clean_reruns_needed     # clean reruns that would make it supported
     45
     """
-    from .stats.exact import tail_bound
+    from recipe_audit.stats.exact import tail_bound
 
     return tail_bound(failures, reruns, eps, delta)
 
@@ -63,7 +63,7 @@ def verdict(failures: int, reruns: int, eps: float = 0.10, delta: float = 0.10) 
     >>> verdict(1, 38), verdict(2, 38), verdict(12, 30)
     ('release-supported', 'unsupported', 'strong-unsupported')
     """
-    from .stats.exact import verdict as _verdict
+    from recipe_audit.stats.exact import verdict as _verdict
 
     return _verdict(failures, reruns, eps, delta)
 
@@ -98,7 +98,7 @@ class Card:
 
     def markdown(self) -> str:
         """The card for people, as ``card.md`` has it (without the pictures)."""
-        from .cards.render import to_markdown
+        from recipe_audit.cards.render import to_markdown
 
         return to_markdown(self.doc)
 
@@ -108,13 +108,13 @@ class Card:
     def save(self, directory: str | Path) -> dict[str, Path]:
         """Write the card's files (``card.json``, ``card.md``, ``card.html``, the plots) into
         ``directory``; returns them by kind."""
-        from .cards.store import render_files
+        from recipe_audit.cards.store import render_files
 
         return render_files(self.doc, Path(directory))
 
 
 def _options(taus: Sequence[float], eps: float, delta: float, higher_is_better: bool, unfinished: str):
-    from .cards.build import CardOptions
+    from recipe_audit.cards.build import CardOptions
 
     if isinstance(taus, (int, float)):
         taus = (taus,)
@@ -151,9 +151,9 @@ def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[f
     (1, 30, 0.124, 'unsupported')
     >>> tmp.cleanup()
     """
-    from . import keys
-    from .cards.compute import CardRequest, compute_cards
-    from .tracking import resolve_tracking_uri
+    from recipe_audit import keys
+    from recipe_audit.cards.compute import CardRequest, compute_cards
+    from recipe_audit.tracking import resolve_tracking_uri
 
     opts = _options(taus, eps, delta, higher_is_better, unfinished)
     req = CardRequest(experiment=experiment, metric=metric or keys.DEFAULT_METRIC,
@@ -204,8 +204,8 @@ def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
     import numpy as np
     import pandas as pd
 
-    from .cards.build import build_document, cell_from_rerun_set
-    from .query import collect_reruns
+    from recipe_audit.cards.build import build_document, cell_from_rerun_set
+    from recipe_audit.query import collect_reruns
 
     if not isinstance(runs, pd.DataFrame):
         raise ValueError(f"runs must be a pandas DataFrame, not {type(runs).__name__}.")
@@ -240,7 +240,7 @@ def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
 
 
 def _uri(tracking_uri: str | None) -> str:
-    from .tracking import resolve_tracking_uri
+    from recipe_audit.tracking import resolve_tracking_uri
 
     return resolve_tracking_uri(tracking_uri)
 
@@ -253,12 +253,12 @@ def attach(model_name: str, card: Card | dict[str, Any] | str | Path, *, version
     rerun ``run_id`` logged as a new version first (``recipe-audit attach``). The card must verify
     against the tracking store; ``audits``, ``taus`` and ``recipe_id`` narrow the cells attached.
     Returns what was attached (``.version``, ``.cards``, ``.card_run_ids``)."""
-    from .registry import attach as _attach
+    from recipe_audit.registry import attach as _attach
 
     uri = _uri(tracking_uri)
     files = None
     if isinstance(card, (str, Path)):
-        from .cards.verify import read_card
+        from recipe_audit.cards.verify import read_card
 
         files = read_card(str(card), uri)
         doc = files.doc
@@ -276,7 +276,7 @@ def gate(model_name: str, *, version: str | int | None = None, alias: str | None
     computed within the release policy (ε ≤ ``max_eps``, δ ≤ ``max_delta``; default: the
     registered model's policy tags, else 0.1 each), that still verifies against the tracking
     store. ``.outcome`` and ``.message`` say why not."""
-    from .registry import gate as _gate
+    from recipe_audit.registry import gate as _gate
 
     return _gate(_uri(tracking_uri), model_name, version=None if version is None else str(version), alias=alias,
                  audit=audit, tau=tau, max_eps=max_eps, max_delta=max_delta)

@@ -15,8 +15,17 @@ import json
 import sys
 from pathlib import Path
 
-from . import keys
-from .commands.args import TRACKING_URI_HELP, count, failures, finite, probability, reruns, risk, whole
+from recipe_audit import keys
+from recipe_audit.commands.args import (
+    TRACKING_URI_HELP,
+    count,
+    failures,
+    finite,
+    probability,
+    reruns,
+    risk,
+    whole,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -118,7 +127,7 @@ DEFAULT_TAU = 0.7
 
 
 def cmd_bound(a: argparse.Namespace) -> int:
-    from .stats.exact import tail_bound  # pure Python: no NumPy, SciPy or pandas to import
+    from recipe_audit.stats.exact import tail_bound  # pure Python: no NumPy, SciPy or pandas to import
 
     if a.family_size is not None and a.anytime:
         raise ValueError("Give --family-size or --anytime, not both: a bound reads either a recipe chosen "
@@ -129,7 +138,7 @@ def cmd_bound(a: argparse.Namespace) -> int:
            "failures": tb.k, "reruns": tb.n, "eps": tb.eps, "delta": tb.delta}
     lead = ""
     if a.family_size is not None:
-        from .stats.family import family_tail_bound  # pure Python, like tail_bound
+        from recipe_audit.stats.family import family_tail_bound  # pure Python, like tail_bound
 
         fb = family_tail_bound(a.failures, a.reruns, a.eps, a.delta, a.family_size)
         out["family"] = {"size": fb.family_size, "delta": fb.family_delta, "upper_bound": fb.upper,
@@ -143,7 +152,7 @@ def cmd_bound(a: argparse.Namespace) -> int:
                 + "; it holds whichever of the M recipes was chosen, the pointwise verdict below only "
                   "for a recipe fixed before the others were looked at\n")
     if a.anytime:
-        from .stats.anytime import ANYTIME_RULE, anytime_bound  # pure Python, like tail_bound
+        from recipe_audit.stats.anytime import ANYTIME_RULE, anytime_bound  # pure Python, like tail_bound
 
         ab = anytime_bound(a.failures, a.reruns, a.eps, a.delta)
         out["anytime"] = {"upper_bound": ab.upper, "lower_bound": ab.lower, "sample_floor": ab.sample_floor,
@@ -165,8 +174,8 @@ def cmd_bound(a: argparse.Namespace) -> int:
 
 
 def cmd_card(a: argparse.Namespace) -> int:
-    from .commands import card_input as check
-    from .tracking import resolve_tracking_uri
+    from recipe_audit.commands import card_input as check
+    from recipe_audit.tracking import resolve_tracking_uri
 
     # what the options alone decide, before the store is read
     if not a.experiment_name.strip():
@@ -189,10 +198,10 @@ def cmd_card(a: argparse.Namespace) -> int:
     uri = resolve_tracking_uri(a.tracking_uri)
     check.tracking_uri(uri, will_log=a.log_run)
 
-    from .cards.build import CardOptions
-    from .cards.compute import CardRequest, compute_cards
-    from .cards.store import log_cell_card_runs, render_files, write_json
-    from .cards.sweep import print_summary
+    from recipe_audit.cards.build import CardOptions
+    from recipe_audit.cards.compute import CardRequest, compute_cards
+    from recipe_audit.cards.store import log_cell_card_runs, render_files, write_json
+    from recipe_audit.cards.sweep import print_summary
 
     opts = CardOptions(taus=taus, eps=a.eps, delta=a.delta,
                        higher_is_better=not a.lower_is_better, unfinished=a.unfinished,
@@ -202,7 +211,7 @@ def cmd_card(a: argparse.Namespace) -> int:
                       group_by=tuple(a.group_by), recipe_id=a.recipe_id, sweep_id=a.sweep_id,
                       planned_seeds=planned)
     if shift:  # one card per audit set, side by side
-        from .cards.shift import compute_shift_cards, scored_audit_sets
+        from recipe_audit.cards.shift import compute_shift_cards, scored_audit_sets
 
         if a.all_audits:
             audits = [*audits, *(x for x in scored_audit_sets(req) if x not in audits)]
@@ -210,7 +219,7 @@ def cmd_card(a: argparse.Namespace) -> int:
     # what only the store knows: one read (for one metric, the read the card itself is computed from)
     frame = None
     if not shift:
-        from .cards.compute import read_card_runs
+        from recipe_audit.cards.compute import read_card_runs
 
         frame = read_card_runs(req)
     notes = check.store(uri, a.experiment_name, metrics, seed_key=a.seed_key, group_by=a.group_by, taus=taus,
@@ -233,8 +242,8 @@ def cmd_card(a: argparse.Namespace) -> int:
         print(f"recipe-audit: note: {note}", file=sys.stderr)
     print_summary(doc, files)
     if shift:
-        from .cards.render import text_table
-        from .cards.shift import shift_table
+        from recipe_audit.cards.render import text_table
+        from recipe_audit.cards.shift import shift_table
 
         header, rows = shift_table(doc["shift"], markdown=False)
         print("\nShift: calibration audit vs target audits\n" + text_table(rows, header))
@@ -282,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         mlflow_exc = sys.modules.get("mlflow.exceptions")
         if (tracking is not None and isinstance(exc, tracking.TrackingError)) or (
                 mlflow_exc is not None and isinstance(exc, mlflow_exc.MlflowException)):
-            from .uris import mask_in_text
+            from recipe_audit.uris import mask_in_text
 
             print(f"recipe-audit: error: {mask_in_text(_one_line(exc))}", file=sys.stderr)
             return 2

@@ -212,8 +212,8 @@ def register_configs() -> None:
     for group, node in (("model", ModelConfig), ("task", TaskConfig), ("recipe", RecipeConfig),
                         ("audit", AuditConfig), ("tracking", TrackingConfig), ("defense", DefenseConfig)):
         cs.store(group=SCHEMA_GROUP, name=group, node=node, provider="recipe_audit")
-    from .app.schema import register as register_callback_schema
-    from .sweeper import register_plugin
+    from recipe_audit.app.schema import register as register_callback_schema
+    from recipe_audit.sweeper import register_plugin
 
     register_callback_schema()  # hydra/callbacks=recipe_audit (also done by the search-path plugin)
     register_plugin()  # hydra/sweeper=curtail

@@ -35,7 +35,7 @@ def world_size() -> int:
     n = int(os.environ.get("WORLD_SIZE", "1") or 1)
     if n == 1:
         return 1
-    from .train.loop import get_accelerator
+    from recipe_audit.train.loop import get_accelerator
 
     try:
         acc = get_accelerator()  # the one Accelerator that trains; it connects the processes
@@ -53,7 +53,7 @@ def world_size() -> int:
 def rank() -> int:
     if world_size() == 1:
         return 0
-    from .train.loop import get_accelerator
+    from recipe_audit.train.loop import get_accelerator
 
     return get_accelerator().process_index
 

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import keys, stats
+from recipe_audit import keys, stats
 
 CARD_FIELDS = ("verdict", "upper_bound", "lower_bound", "n_reruns", "n_failures", "tau", "eps", "delta",
                "audit_set", "metric", "recipe_id", "recipe", "reason", "card_uri", "card_digest",
@@ -363,7 +363,7 @@ def check_card(doc: dict[str, Any], cells: Sequence[dict[str, Any]], tracking_ur
     """Raise :class:`RegistryError` (one sentence) unless the card matches its own content (its
     digest, and the files beside it when ``card``, a ``cards.verify.CardFiles``, says where it was
     read from) and the ``cells`` to attach recompute from the tracking store."""
-    from .cards.verify import self_check, verify_card
+    from recipe_audit.cards.verify import self_check, verify_card
 
     own = self_check(doc, card)
     if own:
@@ -383,7 +383,7 @@ def _sub_document(doc: dict[str, Any], cells: Sequence[dict[str, Any]]) -> dict[
     about the other cells too)."""
     import copy
 
-    from .cards.build import seal
+    from recipe_audit.cards.build import seal
 
     sub = {k: v for k, v in doc.items() if k not in ("split_audit", "responsiveness", "shift")}
     sub["cells"] = list(cells)
@@ -400,8 +400,8 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
     the module docstring."""
     from mlflow.exceptions import MlflowException
 
-    from .cards.render import to_markdown
-    from .cards.store import log_cell_card_runs
+    from recipe_audit.cards.render import to_markdown
+    from recipe_audit.cards.store import log_cell_card_runs
 
     if (version is None) == (run_id is None):
         raise RegistryError("Name the model version with --version or register one with --run-id (one of them).")
@@ -455,13 +455,13 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
             if existing is None:
                 client.create_registered_model(model_name)
                 created_model = True
-            from .tracking import use_tracking_uri
+            from recipe_audit.tracking import use_tracking_uri
 
             with use_tracking_uri(tracking_uri):  # MLflow resolves a models:/ source with the global URI
                 mv = client.create_model_version(model_name, source, run_id=run_id, model_id=model_id)
             created_version = True
         sub = _sub_document(doc, cells)
-        from .cards.render import cell_groups
+        from recipe_audit.cards.render import cell_groups
 
         logged = log_cell_card_runs(sub, tracking_uri, experiment, attached_to=f"{model_name}/{mv.version}")
         card_runs = [c.run_id for c in logged if not c.reused]  # a reused card run is not ours to undo
@@ -616,8 +616,8 @@ def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alia
     family was shipped; ``pointwise=True`` reads the pointwise verdict instead, for a recipe that
     was fixed before the sweep (the others were not candidates). A card whose family does not
     include its own recipe raises ``RegistryError``."""
-    from .cards.build import CardError
-    from .cards.verify import cell_key, read_card, verify_card
+    from recipe_audit.cards.build import CardError
+    from recipe_audit.cards.verify import cell_key, read_card, verify_card
 
     client = client_for(tracking_uri)
     mv = resolve_version(client, model_name, version=version, alias=alias)

@@ -51,8 +51,8 @@ from hydra.errors import HydraException
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
-from . import keys
-from .launcher import plain_int_seed
+from recipe_audit import keys
+from recipe_audit.launcher import plain_int_seed
 
 log = logging.getLogger("recipe_audit")
 
@@ -277,7 +277,7 @@ class CurtailingSweeperBase(RecipeSweeperBase):
         if outcome is not None and outcome.get("recipe_id"):
             return outcome["recipe_id"]
         try:
-            from .tracking import recipe_identity
+            from recipe_audit.tracking import recipe_identity
 
             return recipe_identity(OmegaConf.to_container(ret.cfg, resolve=True))
         except Exception:  # not a recipe_audit job config: a card matches it only in a one-recipe sweep
@@ -286,7 +286,7 @@ class CurtailingSweeperBase(RecipeSweeperBase):
     # -- the sweep ----------------------------------------------------------------------------
 
     def sweep(self, arguments: list[str]) -> Any:
-        from .stats import curtail_state, sample_floor
+        from recipe_audit.stats import curtail_state, sample_floor
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         audit = self._audit()
@@ -344,7 +344,7 @@ class CurtailingSweeperBase(RecipeSweeperBase):
 
     def _open_ended(self, audit: dict[str, Any]) -> None:
         """Check an open-ended sweep's seeds against its maximum and keep the first ``max_reruns``."""
-        from .stats.anytime import anytime_sample_floor
+        from recipe_audit.stats.anytime import anytime_sample_floor
 
         for g in self.groups:
             if g.n_planned < self.max_reruns:
@@ -360,7 +360,7 @@ class CurtailingSweeperBase(RecipeSweeperBase):
     def _look(self, g: _Group, audit: dict[str, Any]) -> None:
         """One look of an open-ended sweep at a group: the anytime verdict at every bar; the group stops
         when each is settled (release-supported or strong-unsupported) or at the maximum."""
-        from .stats.anytime import anytime_bound
+        from recipe_audit.stats.anytime import anytime_bound
 
         cards = [anytime_bound(k, g.launched, audit["eps"], audit["delta"]) for k in g.failures]
         verdicts = [c.verdict for c in cards]
@@ -416,13 +416,13 @@ class CurtailingSweeperBase(RecipeSweeperBase):
     def _publish(self, sweep_dir: Path) -> None:
         """Write the record beside the sweep and onto the sweep parent run (if there is one); by
         the main process only, under a multi-process ``accelerate launch``."""
-        from . import distributed
+        from recipe_audit import distributed
 
         if not distributed.is_main_process():
             return
         text = json.dumps(self.record, separators=(",", ":"))
         (sweep_dir / RECORD_FILE).write_text(json.dumps(self.record, indent=2))
-        from . import tracking
+        from recipe_audit import tracking
 
         info = tracking.current_sweep(sweep_dir)
         if info is None:

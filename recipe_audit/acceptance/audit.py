@@ -12,8 +12,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from ..stats import acceptance as sa
-from .records import (
+from recipe_audit.acceptance.records import (
     FRESH,
     HELDOUT,
     RecordsError,
@@ -22,6 +21,7 @@ from .records import (
     read_records,
     records_digest,
 )
+from recipe_audit.stats import acceptance as sa
 
 __all__ = ["AcceptanceError", "AcceptanceRequest", "Pair", "attach_mechanisms", "evaluate_pairs", "run_acceptance"]
 
@@ -205,8 +205,8 @@ def run_acceptance(req: AcceptanceRequest, *, records: pd.DataFrame | None = Non
     e.g. from :func:`~.mechanism.mechanism_from_models`) replaces ``req.mechanism``/``req.alphas``.
     Every input is checked before any model is loaded; nothing is written.
     """
-    from ..cards import acceptance as card
-    from ..stats._validate import check_positive_int, check_scalar_prob
+    from recipe_audit.cards import acceptance as card
+    from recipe_audit.stats._validate import check_positive_int, check_scalar_prob
 
     check_positive_int("the number of resamples", req.resamples)
     check_scalar_prob("the interval level", req.level)
@@ -254,7 +254,7 @@ def run_acceptance(req: AcceptanceRequest, *, records: pd.DataFrame | None = Non
     mech_source = None
     if mechanisms is None:
         mechanisms = {}
-        from .mechanism import compute_signatures, load_mechanism_spec, read_alphas
+        from recipe_audit.acceptance.mechanism import compute_signatures, load_mechanism_spec, read_alphas
 
         if req.mechanism:
             spec = load_mechanism_spec(req.mechanism, defense_cells=defense_cells)

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from ..keys import KIND_ACCEPTANCE_CELL
+from recipe_audit.keys import KIND_ACCEPTANCE_CELL
 
 log = logging.getLogger("recipe_audit")
 
@@ -277,7 +277,7 @@ def _recipe(name: str, key: str, section: dict, *, weight_decay: float, grad_cli
     """The training recipe of the base or the install (``key``: its config section, named in
     errors): AdamW, 10 % linear warm-up, then linear decay over ``section["steps"]`` steps of
     ``section["batch_size"]``."""
-    from ..config import RecipeConfig
+    from recipe_audit.config import RecipeConfig
 
     lr = float(section["lr"])
     if not (lr > 0 and math.isfinite(lr)):
@@ -314,8 +314,8 @@ def _ensure_base(exp: Any, cache_dir: str | Path, *, progress: bool = False) -> 
     from accelerate.utils import set_seed
     from torch.utils.data import DataLoader, TensorDataset
 
-    from ..train.loop import fit, get_accelerator
-    from ..train.tokenizer import build_word_tokenizer
+    from recipe_audit.train.loop import fit, get_accelerator
+    from recipe_audit.train.tokenizer import build_word_tokenizer
 
     e = _plain(exp)
     root = Path(cache_dir) / f"base-{base_key(exp)}"
@@ -358,7 +358,7 @@ def _ensure_base(exp: Any, cache_dir: str | Path, *, progress: bool = False) -> 
         with (tmp / "probe.jsonl").open("w", encoding="utf-8") as fh:
             for r in data["probe"]:
                 fh.write(json.dumps(r) + "\n")
-        from .mechanism import base_fingerprint
+        from recipe_audit.acceptance.mechanism import base_fingerprint
 
         info = {"key": base_key(exp), "config": {k: e[k] for k in ("model", "base")},
                 "train_seconds": time.perf_counter() - t0, "final_loss": float(np.mean(losses[-50:])),
@@ -408,7 +408,7 @@ def _attack_direction(base, tok, base_dir: Path) -> dict[str, Any]:
     """Unit attack gradient v̂_A on the base, on the probe items (not the calibration items)."""
     import torch
 
-    from .mechanism import load_calibration, loss_gradients, slice_names
+    from recipe_audit.acceptance.mechanism import load_calibration, loss_gradients, slice_names
 
     names = slice_names(base, SLICE)
     _, v_a = loss_gradients(base, tok, load_calibration(Path(base_dir) / "probe.jsonl"), names)
@@ -473,8 +473,8 @@ def run_cell(exp: Any, defense: Any, seed: int, base_dir: Path, out_dir: Path, c
     from accelerate.utils import set_seed
     from torch.utils.data import DataLoader, TensorDataset
 
-    from ..train.loop import fit, get_accelerator
-    from .mechanism import write_base_fingerprint
+    from recipe_audit.acceptance.mechanism import write_base_fingerprint
+    from recipe_audit.train.loop import fit, get_accelerator
 
     e, d = _plain(exp), _plain(defense)
     kind = str(d["kind"])
@@ -548,7 +548,7 @@ def cell_name(defense: str, seed: int) -> str:
 
 def cell_run(exp: dict, defense: dict, seed: int) -> tuple[str, dict[str, str]]:
     """The run name and tags of one cell x seed job's run (the sweep callback opens it)."""
-    from .. import keys
+    from recipe_audit import keys
 
     cell = cell_name(str(defense["name"]), seed)
     return cell, {keys.TAG_KIND: CELL_KIND, keys.TAG_SEED: str(seed), "recipe_audit.cell": cell,
@@ -566,7 +566,7 @@ def run_cell_job(exp: dict, defense: dict, seed: int, logger=None, *, progress: 
     cell's metrics (as logged)."""
     cell = cell_name(str(defense["name"]), seed)
     if logger is not None:
-        from .. import tracking
+        from recipe_audit import tracking
 
         logger.log_params(tracking.flatten({"experiment": exp, "defense": defense, "seed": seed}))
     base_dir = ensure_base(exp, exp["cache_dir"], progress=progress)
@@ -588,9 +588,9 @@ def run_cell_job(exp: dict, defense: dict, seed: int, logger=None, *, progress: 
 
 def acceptance_document(runs: list, exp: dict, tracking_uri: str, base_dir: Path) -> tuple[dict, dict[str, dict]]:
     """The combined card document (every defense cell) and one document per defense cell."""
-    from .audit import AcceptanceRequest, run_acceptance
-    from .mechanism import load_calibration, mechanism_from_models
-    from .records import read_records
+    from recipe_audit.acceptance.audit import AcceptanceRequest, run_acceptance
+    from recipe_audit.acceptance.mechanism import load_calibration, mechanism_from_models
+    from recipe_audit.acceptance.records import read_records
 
     by_cell = {r.data.tags["recipe_audit.cell"]: r for r in runs}
     seeds = sorted({int(r.data.tags["recipe_audit.seed"]) for r in runs})
@@ -627,8 +627,8 @@ def card_for_sweep(sweep, exp: dict, sweep_dir: Path | None = None) -> dict | No
     """At multirun end: the acceptance cards of the sweep's finished cells (``exp``: the
     experiment's config), written under ``sweep_dir/acceptance_card`` and logged as artifacts of
     a card run (nested under the sweep)."""
-    from .. import keys, tracking
-    from ..cards.acceptance import write_card
+    from recipe_audit import keys, tracking
+    from recipe_audit.cards.acceptance import write_card
 
     runs = tracking.sweep_runs(sweep, CELL_KIND, status="FINISHED")
     if not runs:

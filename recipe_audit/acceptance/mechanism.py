@@ -67,9 +67,9 @@ from typing import Any
 
 import numpy as np
 
-from ..stats import acceptance as sa
-from ..stats.errors import StatsInputError
-from .records import is_mlflow_uri
+from recipe_audit.acceptance.records import is_mlflow_uri
+from recipe_audit.stats import acceptance as sa
+from recipe_audit.stats.errors import StatsInputError
 
 __all__ = [
     "FINGERPRINT_FILE",
@@ -353,7 +353,7 @@ def _locate(path: Path, marker: str) -> Path | None:
 def _materialise(ref: str, stack: contextlib.ExitStack, tracking_uri: str | None, what: str) -> Path:
     """A local directory for ``ref`` (downloading MLflow artifact URIs into a temporary folder)."""
     if is_mlflow_uri(ref):
-        from .records import RecordsError, _download
+        from recipe_audit.acceptance.records import RecordsError, _download
 
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="recipe-audit-model-"))
         try:

@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..stats.acceptance import PairedRecords
-from ..stats.errors import StatsInputError
+from recipe_audit.stats.acceptance import PairedRecords
+from recipe_audit.stats.errors import StatsInputError
 
 __all__ = [
     "COLUMNS",

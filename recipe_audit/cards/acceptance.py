@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..stats import acceptance as sa
-from . import schemas
-from .build import installed_versions
+from recipe_audit.cards import schemas
+from recipe_audit.cards.build import installed_versions
+from recipe_audit.stats import acceptance as sa
 
 __all__ = [
     "CARD_KIND",

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import stats
-from ..stats.anytime import ANYTIME_METHOD, ANYTIME_RULE, anytime_bound
-from .build import CardError
+from recipe_audit import stats
+from recipe_audit.cards.build import CardError
+from recipe_audit.stats.anytime import ANYTIME_METHOD, ANYTIME_RULE, anytime_bound
 
 if TYPE_CHECKING:
-    from .build import Cell
+    from recipe_audit.cards.build import Cell
 
 ANYTIME = "anytime"
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import stats
+from recipe_audit import stats
 
 if TYPE_CHECKING:
-    from .build import Cell
+    from recipe_audit.cards.build import Cell
 
 
 def band_fields(cell: Cell, tau: float, opts) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import keys, stats
+from recipe_audit import keys, stats
 
 SCHEMA_VERSION = "1.1"
 CARD_KIND = "recipe_card"
@@ -222,8 +222,8 @@ def card_entry(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
             "n_ignored_by_practice_rules": rules.n_ignored,
         },
     })
-    from .band import band_fields
-    from .curtail import curtailed_fields
+    from recipe_audit.cards.band import band_fields
+    from recipe_audit.cards.curtail import curtailed_fields
 
     if cell.extra.get("curtailment"):  # the verdict at the planned N of a curtailed sweep
         base.update(curtailed_fields(cell, k, tau, opts, base["rules"]))
@@ -279,8 +279,8 @@ def build_document(cells: Sequence[Cell], opts: CardOptions, source: dict[str, A
             raise CardError(f"The card refuses: {len(pending)} rerun(s) are unfinished: {shown}"
                             f"{' ...' if len(pending) > 6 else ''}.")
     entries = [card_entry(c, t, opts) for c in cells for t in opts.taus]
-    from .anytime import apply_anytime
-    from .family import apply_family
+    from recipe_audit.cards.anytime import apply_anytime
+    from recipe_audit.cards.family import apply_family
 
     apply_anytime(entries, cells, opts)  # an open-ended sweep's cells: the confidence sequence
     apply_family(entries, opts.eps, opts.delta, source.get("family_recipe_ids") or (), opts.family_size)

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import keys, stats
+from recipe_audit import keys, stats
 
 if TYPE_CHECKING:
-    from .build import Cell
+    from recipe_audit.cards.build import Cell
 
 
 def _norm(seed: Any) -> Any:
@@ -84,7 +84,7 @@ def _group_of(record: dict[str, Any], cell: Cell) -> dict[str, Any] | None:
 
 
 def _curtailed_cell(cell: Cell, record: dict[str, Any], group: dict[str, Any], parent: str) -> Cell:
-    from ..query import NEVER_LOGGED, RerunSet
+    from recipe_audit.query import NEVER_LOGGED, RerunSet
 
     launched = {_norm(s) for s in group.get("launched_seeds", [])}
     keep = [i for i, (s, rid, st) in enumerate(zip(cell.seeds, cell.run_ids, cell.statuses, strict=True))

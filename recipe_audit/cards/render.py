@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import stats
+from recipe_audit import stats
 
 RULE_LABELS = OrderedDict([
     ("mean", "mean ≥ τ"),
@@ -93,8 +93,8 @@ def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None,
         "release-supported only when U ≤ ε and N ≥ N_min.",
         "",
     ]
-    from .anytime import markdown_lines as anytime_lines
-    from .family import lead_lines as family_lines
+    from recipe_audit.cards.anytime import markdown_lines as anytime_lines
+    from recipe_audit.cards.family import lead_lines as family_lines
 
     lines += anytime_lines(doc) + family_lines(doc, markdown=True)  # the readings that lead, when they apply
     groups = cell_groups(doc)
@@ -130,12 +130,12 @@ def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None,
         if first["duplicates"]:
             lines += _duplicates_md(entries)
     if doc.get("shift"):
-        from .shift import shift_markdown
+        from recipe_audit.cards.shift import shift_markdown
 
         lines += shift_markdown(doc["shift"])
     if doc.get("split_audit"):
         lines += ["## Held-out split audit", "", _split_audit_md(doc["split_audit"]), ""]
-    from .build import content_digest
+    from recipe_audit.cards.build import content_digest
 
     lines += [f"---\nCard content digest `{doc.get('content_digest') or content_digest(doc)}` (the card "
               "digest in the JSON also covers this file and the plots) · created "

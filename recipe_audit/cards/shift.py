@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from .. import keys
-from .build import CardError, CardOptions, seal
-from .compute import CardRequest, compute_cards
+from recipe_audit import keys
+from recipe_audit.cards.build import CardError, CardOptions, seal
+from recipe_audit.cards.compute import CardRequest, compute_cards
 
 CALIBRATION = "calibration"
 DOMAIN = "domain"
@@ -35,7 +35,7 @@ def shift_kind(audit_set: str, calibration: str = keys.DEFAULT_AUDIT) -> str:
 def scored_audit_sets(req: CardRequest) -> list[str]:
     """The audit sets the request's reruns were scored on (their ``recipe_audit.audit_sets``
     tags), the calibration audit first, then in the order the reruns list them."""
-    from ..query import QueryError, read_runs
+    from recipe_audit.query import QueryError, read_runs
 
     scored_on = "tags." + keys.TAG_AUDIT_SETS
     sweep = "tags." + keys.TAG_SWEEP_ID
@@ -119,7 +119,7 @@ def shift_table(shift: dict[str, Any], markdown: bool = True) -> tuple[list[str]
 
 def shift_markdown(shift: dict[str, Any]) -> list[str]:
     """The Markdown lines of the card's shift section."""
-    from .render import _md_table
+    from recipe_audit.cards.render import _md_table
 
     header, rows = shift_table(shift)
     return ["## Shift: calibration audit vs target audits", "",

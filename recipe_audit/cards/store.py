@@ -14,12 +14,12 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from .. import keys
-from . import schemas
-from .build import CardError, seal
-from .html import to_html
-from .jsontext import dumps_indented
-from .render import band_plot, cell_groups, histogram, responsiveness_plot, to_markdown
+from recipe_audit import keys
+from recipe_audit.cards import schemas
+from recipe_audit.cards.build import CardError, seal
+from recipe_audit.cards.html import to_html
+from recipe_audit.cards.jsontext import dumps_indented
+from recipe_audit.cards.render import band_plot, cell_groups, histogram, responsiveness_plot, to_markdown
 
 SCHEMA_FILE = "recipe_card.v1.json"
 TAG_VERDICT = keys.PREFIX + "verdict"
@@ -45,7 +45,7 @@ def ui_experiment_path(experiment_id: str) -> str:
 def ui_experiment_link(tracking_uri: str, experiment_id: str) -> str:
     """:func:`ui_experiment_path` as a person opens it: on a tracking server, its full address;
     on a local store, the ``mlflow ui`` command first."""
-    from ..uris import mask_credentials
+    from recipe_audit.uris import mask_credentials
 
     path = ui_experiment_path(experiment_id)
     if tracking_uri.startswith(("http://", "https://")):
@@ -259,7 +259,7 @@ def card_key(cell_doc: dict[str, Any]) -> str:
     """What makes two card runs the same card: the card format, the options, and per entry its
     cell, τ and the digest of its reruns (16 hex digits). Two computations over the same reruns
     with the same options give the same key, whenever and however they were asked."""
-    from .build import _canonical
+    from recipe_audit.cards.build import _canonical
 
     ident = {"schema": cell_doc.get("schema_version"), "software": (cell_doc.get("software") or {}).get("recipe_audit"),
              "options": cell_doc["options"],
@@ -304,7 +304,7 @@ def _reusable(client, tracking_uri: str, experiment_id: str, key: str,
               attached_to: str | None) -> LoggedCard | None:
     """A finished card run of ``key`` (attached to ``attached_to``, or to nothing) whose card
     still matches its own digest and files, or None."""
-    from .verify import read_card, self_check
+    from recipe_audit.cards.verify import read_card, self_check
 
     flt = (f"tags.`{TAG_CARD_KEY}` = '{key}' and attributes.status = 'FINISHED' and "
            f"tags.`{keys.TAG_KIND}` = '{keys.KIND_CARD}'")

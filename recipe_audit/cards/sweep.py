@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .build import CardOptions
-from .compute import CardRequest, compute_cards
-from .render import GRID_HEADER, cell_groups, rules_table, text_table, verdict_table
-from .store import log_card_runs, render_files, ui_experiment_link
+from recipe_audit.cards.build import CardOptions
+from recipe_audit.cards.compute import CardRequest, compute_cards
+from recipe_audit.cards.render import GRID_HEADER, cell_groups, rules_table, text_table, verdict_table
+from recipe_audit.cards.store import log_card_runs, render_files, ui_experiment_link
 
 
 def story(doc: dict[str, Any]) -> list[str]:
@@ -47,8 +47,8 @@ def print_summary(doc: dict[str, Any], files: dict[str, Path] | None = None, str
     stream = stream or sys.stdout
     print("\nRecipe cards (" + doc["source"]["metric"] + f", ε = {doc['options']['eps']}, "
           f"δ = {doc['options']['delta']}):", file=stream)
-    from .anytime import markdown_lines as anytime_lines
-    from .family import lead_lines
+    from recipe_audit.cards.anytime import markdown_lines as anytime_lines
+    from recipe_audit.cards.family import lead_lines
 
     for line in anytime_lines(doc)[:1]:  # an open-ended sweep: say so before any number
         print(line.replace("**", ""), file=stream)
@@ -103,7 +103,7 @@ def summary_markdown(docs: list[dict[str, Any]]) -> str:
     lines = []
     for doc in docs:
         o = doc["options"]
-        from .family import lead_lines
+        from recipe_audit.cards.family import lead_lines
 
         lines += [line for line in lead_lines(doc, markdown=True) if not line.startswith("## ")]
         lines += [f"**recipe_audit card** on `{doc['source']['metric']}` (ε = {o['eps']:g}, δ = {o['delta']:g})", "",

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .build import (
+from recipe_audit.cards.build import (
     CardError,
     CardOptions,
     audit_name,
@@ -136,7 +136,7 @@ def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
     """:func:`load_card`, with the sha256 of each file the card's manifest lists, read from beside
     the card (its Markdown and plots); for a card at the top of a run's artifacts (a card run),
     also the names of files there that the manifest does not list."""
-    from .store import file_sha256, validate
+    from recipe_audit.cards.store import file_sha256, validate
 
     text = str(path_or_uri)
     path = Path(text)
@@ -188,7 +188,7 @@ def _remote_files(base: str, card_name: str, names: Sequence[str], tracking_uri:
     and None for every other file there (best effort: a store that cannot list shows none)."""
     import mlflow
 
-    from .store import file_sha256
+    from recipe_audit.cards.store import file_sha256
 
     out: dict[str, str | None] = {}
     try:
@@ -260,7 +260,7 @@ def self_check(doc: dict[str, Any], card: CardFiles | None = None) -> list[Findi
             out.append(Finding(HAND_EDITED, "", "the card's digest does not match its content and files"))
         out += _file_findings(doc, card)
     if doc.get("shift"):
-        from .shift import shift_section
+        from recipe_audit.cards.shift import shift_section
 
         if shift_section(doc["cells"], doc["shift"]["audits"]) != doc["shift"]:
             out.append(Finding(HAND_EDITED, "", "the card's shift table does not match its cells"))
@@ -293,7 +293,7 @@ def _file_findings(doc: dict[str, Any], card: CardFiles | None) -> list[Finding]
 
 def request_of(doc: dict[str, Any], tracking_uri: str | None = None):
     """The ``CardRequest`` and ``CardOptions`` the card was computed with."""
-    from .compute import CardRequest
+    from recipe_audit.cards.compute import CardRequest
 
     src, o = doc["source"], doc["options"]
     planned = src.get("planned_seeds")
@@ -312,7 +312,7 @@ def recompute(doc: dict[str, Any], tracking_uri: str | None = None) -> dict[tupl
     """The card's cells recomputed from the store, by :func:`cell_key`. Cells are independent per
     metric and recipe, so only the card's own metrics (and its recipe, when the card holds one)
     are read. Raises ``CardError`` when the store cannot give them."""
-    from .compute import compute_cards
+    from recipe_audit.cards.compute import compute_cards
 
     req, opts = request_of(doc, tracking_uri)
     recipes = {e["recipe_id"] for e in doc["cells"]}

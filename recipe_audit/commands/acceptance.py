@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .args import TRACKING_URI_HELP, count, number, positive, probability
+from recipe_audit.commands.args import TRACKING_URI_HELP, count, number, positive, probability
 
 margin = number(lambda v: 0 <= v < 0.5, "must lie in [0, 0.5)")
 
@@ -76,8 +76,8 @@ def register(subparsers) -> dict:
 
 
 def cmd_acceptance(a: argparse.Namespace) -> int:
-    from ..acceptance.audit import AcceptanceRequest, run_acceptance
-    from ..cards.acceptance import summary_table, write_card
+    from recipe_audit.acceptance.audit import AcceptanceRequest, run_acceptance
+    from recipe_audit.cards.acceptance import summary_table, write_card
 
     if not a.records and not a.records_experiment:
         raise ValueError("Give at least one --records FILE (or --records-experiment NAME).")
@@ -86,7 +86,7 @@ def cmd_acceptance(a: argparse.Namespace) -> int:
     tracking_uri = a.tracking_uri
     if tracking_uri is None and (a.records_experiment or any(":/" in r for r in a.records)
                                  or a.mechanism):
-        from ..tracking import resolve_tracking_uri
+        from recipe_audit.tracking import resolve_tracking_uri
 
         tracking_uri = resolve_tracking_uri(None)
     restricted = False if a.cross_restricted is None else (True if not a.cross_restricted else tuple(a.cross_restricted))

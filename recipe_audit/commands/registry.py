@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 
-from .args import TRACKING_URI_HELP, finite
+from recipe_audit.commands.args import TRACKING_URI_HELP, finite
 
 
 def _uri_option(p: argparse.ArgumentParser, help: str | None = None) -> None:
@@ -32,7 +32,7 @@ def _open(tracking_uri: str | None) -> str:
     create an empty store where a path was mistyped)."""
     from pathlib import Path
 
-    from ..tracking import check_reachable, resolve_tracking_uri
+    from recipe_audit.tracking import check_reachable, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
@@ -90,8 +90,8 @@ def register(subparsers) -> dict:
 
 
 def cmd_attach(a: argparse.Namespace) -> int:
-    from ..cards.verify import read_card
-    from ..registry import attach
+    from recipe_audit.cards.verify import read_card
+    from recipe_audit.registry import attach
 
     uri = _open(a.tracking_uri)
     card = read_card(a.card, uri)
@@ -113,7 +113,7 @@ def cmd_attach(a: argparse.Namespace) -> int:
 
 
 def cmd_gate(a: argparse.Namespace) -> int:
-    from ..registry import gate
+    from recipe_audit.registry import gate
 
     uri = _open(a.tracking_uri)
     res = gate(uri, a.model_name, version=a.version, alias=a.alias, audit=a.audit, tau=a.tau,
@@ -129,8 +129,8 @@ def cmd_gate(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from ..cards.verify import read_card, verify_card
-    from ..tracking import resolve_tracking_uri
+    from recipe_audit.cards.verify import read_card, verify_card
+    from recipe_audit.tracking import resolve_tracking_uri
 
     card = read_card(a.card, resolve_tracking_uri(a.tracking_uri))
     res = verify_card(card.doc, a.tracking_uri, card)  # default: the store the card names (its source)

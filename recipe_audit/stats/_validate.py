@@ -6,8 +6,8 @@ import numbers
 
 import numpy as np
 
-from .errors import StatsInputError
-from .exact import DELTA_RULE, MAX_RERUNS, MAX_RERUNS_TEXT
+from recipe_audit.stats.errors import StatsInputError
+from recipe_audit.stats.exact import DELTA_RULE, MAX_RERUNS, MAX_RERUNS_TEXT
 
 
 def _fmt(x) -> str:

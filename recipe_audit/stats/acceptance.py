@@ -52,8 +52,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ._validate import check_positive_int, check_scalar_prob, make_rng
-from .errors import StatsInputError
+from recipe_audit.stats._validate import check_positive_int, check_scalar_prob, make_rng
+from recipe_audit.stats.errors import StatsInputError
 
 __all__ = [
     "ATTACK_TARGETED",

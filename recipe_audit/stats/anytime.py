@@ -52,8 +52,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
-from . import exact
-from .errors import StatsInputError
+from recipe_audit.stats import exact
+from recipe_audit.stats.errors import StatsInputError
 
 __all__ = [
     "ANYTIME_METHOD",

@@ -62,9 +62,14 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
-from ._validate import check_metrics, check_positive_int, check_scalar_delta, check_scalar_prob
-from .bounds import clopper_pearson_upper, sample_floor
-from .errors import StatsInputError
+from recipe_audit.stats._validate import (
+    check_metrics,
+    check_positive_int,
+    check_scalar_delta,
+    check_scalar_prob,
+)
+from recipe_audit.stats.bounds import clopper_pearson_upper, sample_floor
+from recipe_audit.stats.errors import StatsInputError
 
 __all__ = [
     "BAND_METHODS",

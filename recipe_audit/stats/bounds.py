@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from . import exact as _exact
-from ._validate import check_counts, check_delta
+from recipe_audit.stats import exact as _exact
+from recipe_audit.stats._validate import check_counts, check_delta
 
 __all__ = [
     "TailBound",

@@ -37,10 +37,22 @@ from functools import lru_cache
 
 import numpy as np
 
-from ._validate import check_counts, check_positive_int, check_scalar_delta, check_scalar_prob, make_rng
-from .bounds import clopper_pearson_lower, clopper_pearson_upper, sample_floor
-from .errors import StatsInputError
-from .verdicts import INSUFFICIENT, STRONG_UNSUPPORTED, SUPPORTED, UNSUPPORTED, verdict_array
+from recipe_audit.stats._validate import (
+    check_counts,
+    check_positive_int,
+    check_scalar_delta,
+    check_scalar_prob,
+    make_rng,
+)
+from recipe_audit.stats.bounds import clopper_pearson_lower, clopper_pearson_upper, sample_floor
+from recipe_audit.stats.errors import StatsInputError
+from recipe_audit.stats.verdicts import (
+    INSUFFICIENT,
+    STRONG_UNSUPPORTED,
+    SUPPORTED,
+    UNSUPPORTED,
+    verdict_array,
+)
 
 __all__ = [
     "STOP_ON",

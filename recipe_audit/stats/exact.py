@@ -42,7 +42,7 @@ from decimal import Decimal, localcontext
 from fractions import Fraction
 from functools import lru_cache
 
-from .errors import StatsInputError
+from recipe_audit.stats.errors import StatsInputError
 
 __all__ = [
     "INSUFFICIENT",

@@ -40,8 +40,8 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from . import exact
-from .errors import StatsInputError
+from recipe_audit.stats import exact
+from recipe_audit.stats.errors import StatsInputError
 
 __all__ = [
     "BONFERRONI",

@@ -28,8 +28,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from . import exact
-from ._validate import (
+from recipe_audit.stats import exact
+from recipe_audit.stats._validate import (
     check_counts,
     check_metrics,
     check_positive_int,
@@ -38,8 +38,8 @@ from ._validate import (
     check_tau,
     make_rng,
 )
-from .errors import StatsInputError
-from .verdicts import verdict as _verdict
+from recipe_audit.stats.errors import StatsInputError
+from recipe_audit.stats.verdicts import verdict as _verdict
 
 __all__ = [
     "RULES",

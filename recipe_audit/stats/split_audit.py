@@ -39,7 +39,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from ._validate import (
+from recipe_audit.stats._validate import (
     check_metrics,
     check_positive_int,
     check_scalar_delta,
@@ -47,9 +47,9 @@ from ._validate import (
     check_tau,
     make_rng,
 )
-from .bounds import clopper_pearson_upper, sample_floor
-from .errors import StatsInputError
-from .rules import RULES, apply_rules, bootstrap_percentile, failure_mask
+from recipe_audit.stats.bounds import clopper_pearson_upper, sample_floor
+from recipe_audit.stats.errors import StatsInputError
+from recipe_audit.stats.rules import RULES, apply_rules, bootstrap_percentile, failure_mask
 
 __all__ = [
     "DEFAULT_AUDIT_B",

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import exact
-from ._validate import check_counts, check_scalar_delta, check_scalar_prob
-from .bounds import clopper_pearson_lower, clopper_pearson_upper, sample_floor
-from .errors import StatsInputError
-from .exact import (  # the strings are defined once, beside the scalar verdict
+from recipe_audit.stats import exact
+from recipe_audit.stats._validate import check_counts, check_scalar_delta, check_scalar_prob
+from recipe_audit.stats.bounds import clopper_pearson_lower, clopper_pearson_upper, sample_floor
+from recipe_audit.stats.errors import StatsInputError
+from recipe_audit.stats.exact import (
     INSUFFICIENT,
     REFUSED_SHIFT,
     STRONG_UNSUPPORTED,

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import AuditConfig, ModelConfig, RecipeConfig, TaskConfig
-from .models import build_model, build_tokenizer
-from .tasks import Example, TaskData, majority_rate
+from recipe_audit.config import AuditConfig, ModelConfig, RecipeConfig, TaskConfig
+from recipe_audit.train.models import build_model, build_tokenizer
+from recipe_audit.train.tasks import Example, TaskData, majority_rate
 
 
 class RecipeError(ValueError):
@@ -88,7 +88,7 @@ def _encode(tokenizer, examples: tuple[Example, ...], max_length: int) -> Encode
 
 def prepare_task(tcfg: TaskConfig, mcfg: ModelConfig) -> PreparedTask:
     """Build (or reuse) the task's data and tokenised tensors for this model."""
-    from .tasks import build_task
+    from recipe_audit.train.tasks import build_task
 
     key = (repr(tcfg), mcfg.kind, mcfg.name_or_path, mcfg.max_length)
     if key not in _PREPARED:

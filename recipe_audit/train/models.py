@@ -6,9 +6,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from ..config import LoraConfig, ModelConfig
-from .tasks import TaskData
-from .tokenizer import build_word_tokenizer
+from recipe_audit.config import LoraConfig, ModelConfig
+from recipe_audit.train.tasks import TaskData
+from recipe_audit.train.tokenizer import build_word_tokenizer
 
 
 class ModelError(ValueError):

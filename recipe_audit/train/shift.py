@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import keys
-from ..config import ModelConfig, TaskConfig
-from .tasks import TaskData, TaskError, build_task
+from recipe_audit import keys
+from recipe_audit.config import ModelConfig, TaskConfig
+from recipe_audit.train.tasks import TaskData, TaskError, build_task
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def prepare_extra_audits(names: Sequence[str], options: Mapping[str, Any], prepa
 
     Raises ``TaskError`` (one sentence) for an unknown task, the rerun's own task, or a task whose
     number of labels differs from the rerun's (its predictions would mean nothing there)."""
-    from .loop import _encode
+    from recipe_audit.train.loop import _encode
 
     if not names:
         return ()
