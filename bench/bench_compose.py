@@ -4,7 +4,7 @@
 
 Side A: Hydra's ``config_loader.load_sweep_config`` for every job ``seed=0..N-1`` (what Hydra's
 basic sweeper does once per job to check a batch, and its basic and joblib launchers once more
-to run it). Side B: :meth:`recipe_audit.launcher.SeedLauncherBase.job_config` for the same jobs
+to run it). Side B: :meth:`recipe_audit.app.launchers.SeedLauncherBase.job_config` for the same jobs
 (Hydra composes ``seed=0``; the other seeds are derived from it). Both in this process, after one
 warm-up composition; the sides alternate and the best round of each is compared. Prints the
 milliseconds a job of each side and the ratio; every derived configuration is checked equal to
@@ -29,8 +29,8 @@ def main() -> None:
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from recipe_audit.config import register_configs
-    from recipe_audit.launcher import SeedLauncherBase
+    from recipe_audit.app.launchers import SeedLauncherBase
+    from recipe_audit.app.schema import register_configs
 
     register_configs()
     jobs = [[f"seed={s}"] for s in range(a.seeds)]

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_query import EXPERIMENT, METRIC, _interleaved, build_store  # noqa: E402
 
-from recipe_audit.query import collect_reruns, read_runs  # noqa: E402
+from recipe_audit.store.query import collect_reruns, read_runs  # noqa: E402
 
 TARGET = 4.0
 

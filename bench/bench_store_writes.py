@@ -22,7 +22,7 @@ from pathlib import Path
 def _store(path: Path, wal: bool):
     from mlflow import MlflowClient
 
-    from recipe_audit import tracking
+    from recipe_audit.store import tracking
 
     uri = f"sqlite:///{path}"
     client = MlflowClient(uri)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 def _writer(args) -> dict:
     uri, experiment, wid, n_runs, n_steps = args
-    from recipe_audit import tracking
+    from recipe_audit.store import tracking
 
     store = tracking.open_store(uri, experiment)
     slowest = 0.0
@@ -71,7 +71,7 @@ def count(uri: str, experiment: str) -> dict:
 
 
 def run_writers(uri: str, n_writers: int, n_runs: int, n_steps: int, experiment: str = "writers") -> dict:
-    from recipe_audit import tracking
+    from recipe_audit.store import tracking
 
     tracking.open_store(uri, experiment)  # create the experiment once, before the writers race
     t0 = time.perf_counter()

@@ -43,7 +43,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from recipe_audit.uris import mask_credentials
+from recipe_audit.store.uris import mask_credentials
 
 PG_USER = "mlflow"
 

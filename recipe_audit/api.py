@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from recipe_audit.registry import AttachResult, GateResult
     from recipe_audit.stats.exact import TailBound
+    from recipe_audit.store.registry import AttachResult, GateResult
 
 __all__ = ["Card", "attach", "bound", "card", "card_from_runs", "gate", "verdict"]
 
@@ -108,7 +108,7 @@ class Card:
     def save(self, directory: str | Path) -> dict[str, Path]:
         """Write the card's files (``card.json``, ``card.md``, ``card.html``, the plots) into
         ``directory``; returns them by kind."""
-        from recipe_audit.cards.store import render_files
+        from recipe_audit.store.cards import render_files
 
         return render_files(self.doc, Path(directory))
 
@@ -153,7 +153,7 @@ def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[f
     """
     from recipe_audit import keys
     from recipe_audit.cards.compute import CardRequest, compute_cards
-    from recipe_audit.tracking import resolve_tracking_uri
+    from recipe_audit.store.tracking import resolve_tracking_uri
 
     opts = _options(taus, eps, delta, higher_is_better, unfinished)
     req = CardRequest(experiment=experiment, metric=metric or keys.DEFAULT_METRIC,
@@ -205,7 +205,7 @@ def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
     import pandas as pd
 
     from recipe_audit.cards.build import build_document, cell_from_rerun_set
-    from recipe_audit.query import collect_reruns
+    from recipe_audit.store.query import collect_reruns
 
     if not isinstance(runs, pd.DataFrame):
         raise ValueError(f"runs must be a pandas DataFrame, not {type(runs).__name__}.")
@@ -240,7 +240,7 @@ def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
 
 
 def _uri(tracking_uri: str | None) -> str:
-    from recipe_audit.tracking import resolve_tracking_uri
+    from recipe_audit.store.tracking import resolve_tracking_uri
 
     return resolve_tracking_uri(tracking_uri)
 
@@ -253,7 +253,7 @@ def attach(model_name: str, card: Card | dict[str, Any] | str | Path, *, version
     rerun ``run_id`` logged as a new version first (``recipe-audit attach``). The card must verify
     against the tracking store; ``audits``, ``taus`` and ``recipe_id`` narrow the cells attached.
     Returns what was attached (``.version``, ``.cards``, ``.card_run_ids``)."""
-    from recipe_audit.registry import attach as _attach
+    from recipe_audit.store.registry import attach as _attach
 
     uri = _uri(tracking_uri)
     files = None
@@ -276,7 +276,7 @@ def gate(model_name: str, *, version: str | int | None = None, alias: str | None
     computed within the release policy (ε ≤ ``max_eps``, δ ≤ ``max_delta``; default: the
     registered model's policy tags, else 0.1 each), that still verifies against the tracking
     store. ``.outcome`` and ``.message`` say why not."""
-    from recipe_audit.registry import gate as _gate
+    from recipe_audit.store.registry import gate as _gate
 
     return _gate(_uri(tracking_uri), model_name, version=None if version is None else str(version), alias=alias,
                  audit=audit, tau=tau, max_eps=max_eps, max_delta=max_delta)

@@ -175,7 +175,7 @@ def cmd_bound(a: argparse.Namespace) -> int:
 
 def cmd_card(a: argparse.Namespace) -> int:
     from recipe_audit.commands import card_input as check
-    from recipe_audit.tracking import resolve_tracking_uri
+    from recipe_audit.store.tracking import resolve_tracking_uri
 
     # what the options alone decide, before the store is read
     if not a.experiment_name.strip():
@@ -200,8 +200,8 @@ def cmd_card(a: argparse.Namespace) -> int:
 
     from recipe_audit.cards.build import CardOptions
     from recipe_audit.cards.compute import CardRequest, compute_cards
-    from recipe_audit.cards.store import log_cell_card_runs, render_files, write_json
     from recipe_audit.cards.sweep import print_summary
+    from recipe_audit.store.cards import log_cell_card_runs, render_files, write_json
 
     opts = CardOptions(taus=taus, eps=a.eps, delta=a.delta,
                        higher_is_better=not a.lower_is_better, unfinished=a.unfinished,
@@ -287,11 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         # the store's own errors, without importing the modules that define them (``bound``
         # imports neither MLflow nor the tracking module): only a module that ran can have raised
-        tracking = sys.modules.get("recipe_audit.tracking")
+        tracking = sys.modules.get("recipe_audit.store.tracking")
         mlflow_exc = sys.modules.get("mlflow.exceptions")
         if (tracking is not None and isinstance(exc, tracking.TrackingError)) or (
                 mlflow_exc is not None and isinstance(exc, mlflow_exc.MlflowException)):
-            from recipe_audit.uris import mask_in_text
+            from recipe_audit.store.uris import mask_in_text
 
             print(f"recipe-audit: error: {mask_in_text(_one_line(exc))}", file=sys.stderr)
             return 2

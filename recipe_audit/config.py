@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import MISSING
+# a required field (OmegaConf reads the string "???" in a structured config as missing; this
+# module stays free of Hydra and OmegaConf so the training code can import it)
+MISSING = "???"
 
 
 @dataclass
@@ -197,23 +199,3 @@ def unknown_keys(obj: Any, prefix: str = "") -> list[str]:
     for name in names:
         found += unknown_keys(getattr(obj, name), f"{prefix}{name}.")
     return sorted(found)
-
-
-def register_configs() -> None:
-    """Store the schemas so YAML files can extend them
-    (``defaults: [/hydra/recipe_audit_schemas/model@_here_, _self_]``).
-
-    They live under ``hydra/`` (``hydra/recipe_audit_schemas/<group>``), like the callback's: a
-    group of the app's own would list them as options in ``python -m recipe_audit --help``."""
-    from hydra.core.config_store import ConfigStore
-
-    cs = ConfigStore.instance()
-    cs.store(name="schema", node=RunConfig)
-    for group, node in (("model", ModelConfig), ("task", TaskConfig), ("recipe", RecipeConfig),
-                        ("audit", AuditConfig), ("tracking", TrackingConfig), ("defense", DefenseConfig)):
-        cs.store(group=SCHEMA_GROUP, name=group, node=node, provider="recipe_audit")
-    from recipe_audit.app.schema import register as register_callback_schema
-    from recipe_audit.sweeper import register_plugin
-
-    register_callback_schema()  # hydra/callbacks=recipe_audit (also done by the search-path plugin)
-    register_plugin()  # hydra/sweeper=curtail

@@ -29,7 +29,7 @@ TAG_PID = PREFIX + "pid"  # on a rerun: its process id (the main process under a
 TAG_SLURM_JOB_ID = PREFIX + "slurm_job_id"  # on a rerun run by SLURM: $SLURM_JOB_ID
 TAG_SWEEP_RUN_ID = PREFIX + "sweep_run_id"  # on a card run: the sweep parent it belongs to
 TAG_PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag
-# on the sweep parent of a curtailing sweep (recipe_audit/sweeper.py): the JSON record of where each
+# on the sweep parent of a curtailing sweep (recipe_audit/app/sweepers.py): the JSON record of where each
 # recipe stopped and why (or CURTAILMENT_ARTIFACT_PREFIX + the parent's artifact holding it), and
 # one line for people
 TAG_CURTAILMENT = PREFIX + "curtailment"

@@ -28,7 +28,7 @@ TINY = {  # a base and an install of a few steps: for in-process checks
 def test_compose_acceptance_experiment():
     from hydra import compose, initialize_config_module
 
-    from recipe_audit.config import register_configs
+    from recipe_audit.app.schema import register_configs
 
     register_configs()
     with initialize_config_module("recipe_audit.conf", version_base="1.3"):

@@ -12,7 +12,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from recipe_audit import keys, stats
-from recipe_audit.sweeper import RECORD_FILE, CurtailingSweeperBase
+from recipe_audit.app.sweepers import RECORD_FILE, CurtailingSweeperBase
 
 
 @pytest.fixture(autouse=True)
@@ -120,7 +120,7 @@ def test_card_of_an_open_ended_sweep_is_an_anytime_card_ci(tmp_path, store):
 
     from recipe_audit.cards.build import CardError, CardOptions
     from recipe_audit.cards.compute import CardRequest, compute_cards
-    from recipe_audit.cards.store import validate
+    from recipe_audit.store.cards import validate
 
     sw = _sweeper(tmp_path, lambda ov: {"calibration": 0.5 if _fails(int(ov["seed"])) else 0.9}, max_reruns=40)
     sw.sweep(["seed=range(40)"])

@@ -83,7 +83,7 @@ def test_no_help_cites_the_spec():
 
 def test_tracking_uri_help_names_the_true_default_store(tmp_path, monkeypatch):
     """Every --tracking-uri help names the store resolve_tracking_uri really opens by default."""
-    from recipe_audit.tracking import DEFAULT_STORE_DIR, resolve_tracking_uri
+    from recipe_audit.store.tracking import DEFAULT_STORE_DIR, resolve_tracking_uri
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
@@ -113,7 +113,7 @@ def test_the_command_words_python_m_forwards_are_the_clis_commands():
     build the CLI's parser at every start): it must name exactly the CLI's subcommands."""
     import argparse
 
-    from recipe_audit.__main__ import _CLI_COMMANDS
+    from recipe_audit.app.main import _CLI_COMMANDS
     from recipe_audit.cli import build_parser
 
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]

@@ -8,11 +8,12 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from recipe_audit import config as C
+from recipe_audit.app.schema import register_configs
 from recipe_audit.train.loop import prepare_task, select_audits
 from recipe_audit.train.models import build_model
 from recipe_audit.train.tasks import TaskError, build_task
 
-C.register_configs()
+register_configs()
 
 
 def _compose(overrides=()):

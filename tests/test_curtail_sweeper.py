@@ -12,7 +12,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from recipe_audit import keys, stats
-from recipe_audit.sweeper import RECORD_FILE, CurtailingSweeperBase
+from recipe_audit.app.sweepers import RECORD_FILE, CurtailingSweeperBase
 
 
 @pytest.fixture(autouse=True)
@@ -129,8 +129,8 @@ def _ret(value):
 def test_record_goes_onto_the_sweep_parent(tmp_path, store, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from recipe_audit import sweeper as sweeper_mod
-    from recipe_audit import tracking
+    from recipe_audit.app import sweepers as sweeper_mod
+    from recipe_audit.store import tracking
 
     info = tracking.start_sweep(tracking.open_store(store, "exp"), range(30), tmp_path / "sweep", [])
     try:

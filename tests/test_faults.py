@@ -18,7 +18,8 @@ import pytest
 from helpers.app import REPO, SMALL, run_app, start_app
 from test_launchers import ENV, _runs
 
-from recipe_audit import keys, tracking
+from recipe_audit import keys
+from recipe_audit.store import tracking
 
 
 # The kill lands mid-training: RerunLogger writes the loss of the first training step at once, the

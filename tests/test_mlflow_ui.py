@@ -134,7 +134,7 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
     # the sweep's row is named by its verdict first (the runs table's name column is narrow)
     assert ids["sweep_name"].startswith("insufficient-evidence at τ 0.7 (1/5 failed, U 0.584) · sweep-")
     _wait_up(base, server, log)
-    from recipe_audit.cards.store import ui_experiment_path
+    from recipe_audit.store.cards import ui_experiment_path
 
     img = DOCS_IMG if os.environ.get("RECIPE_AUDIT_SCREENSHOTS") == "1" else tmp_path / "img"
     img.mkdir(parents=True, exist_ok=True)

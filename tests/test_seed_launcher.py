@@ -9,8 +9,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from recipe_audit.config import register_configs
-from recipe_audit.launcher import SeedLauncherBase
+from recipe_audit.app.launchers import SeedLauncherBase
+from recipe_audit.app.schema import register_configs
 
 
 class CountingLoader:
@@ -104,7 +104,7 @@ def test_the_projects_plugins_are_registered_without_a_plugin_scan(tmp_path):
         from hydra.core.plugins import Plugins
         from hydra.plugins.launcher import Launcher
         from hydra.plugins.sweeper import Sweeper
-        from recipe_audit.config import register_configs
+        from recipe_audit.app.schema import register_configs
         register_configs()
         print(json.dumps(sorted(c.__name__ for c in Plugins.instance().discover(Launcher))
                          + sorted(c.__name__ for c in Plugins.instance().discover(Sweeper))))

@@ -11,7 +11,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from recipe_audit.sweeper import SeedSweeperBase, validate_recipes
+from recipe_audit.app.sweepers import SeedSweeperBase, validate_recipes
 
 
 class RecordingLoader:

@@ -44,7 +44,7 @@ def test_ci_wheel_carries_the_configs(tmp_path):
     want = [f.relative_to(REPO).as_posix() for d in ("recipe_audit/conf", "recipe_audit/app/hydra_conf")
             for f in (REPO / d).rglob("*.yaml")]
     want += ["recipe_audit/schemas/recipe_card.v1.json", "recipe_audit/schemas/acceptance_card.v1.json",
-             "hydra_plugins/recipe_audit_sweeper/seeds.py", "hydra_plugins/recipe_audit_sweeper/curtail.py",
+             "hydra_plugins/recipe_audit/plugins.py",
              "hydra_plugins/recipe_audit/searchpath.py", "recipe_audit/app/hydra_conf/hydra/callbacks/recipe_audit.yaml"]
     assert len(want) > 20 and [f for f in want if f not in names] == []
     site = tmp_path / "site"

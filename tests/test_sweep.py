@@ -114,7 +114,8 @@ def test_rerun_logger_writes_the_first_step_at_once_then_batches(store):
     steps are batched and all written by the end."""
     from mlflow.tracking import MlflowClient
 
-    from recipe_audit import keys, tracking
+    from recipe_audit import keys
+    from recipe_audit.store import tracking
 
     st = tracking.open_store(store, "recipe_audit")
     cfg = {"recipe": {"name": "default"}, "model": {"name": "tiny_bert"}, "task": {"name": "sentiment"}}
@@ -141,7 +142,7 @@ def test_a_new_sqlite_store_keeps_a_write_ahead_log_and_folds_it_back(tmp_path):
 
     from mlflow import MlflowClient
 
-    from recipe_audit import tracking
+    from recipe_audit.store import tracking
 
     db = tmp_path / "wal" / "mlflow.db"
     uri = f"sqlite:///{db}"

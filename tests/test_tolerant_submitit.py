@@ -11,7 +11,7 @@ submitit = pytest.importorskip("submitit")
 hsl = pytest.importorskip("hydra_plugins.hydra_submitit_launcher.submitit_launcher")
 from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf  # noqa: E402
 
-from hydra_plugins.recipe_audit_sweeper.tolerant_submitit import (  # noqa: E402
+from hydra_plugins.recipe_audit.plugins import (  # noqa: E402
     TolerantLocalLauncher,
     TolerantSlurmLauncher,
 )

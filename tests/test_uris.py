@@ -1,4 +1,4 @@
-"""mask_credentials (recipe_audit/uris.py): what a URI looks like once printed."""
+"""mask_credentials (recipe_audit/store/uris.py): what a URI looks like once printed."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from recipe_audit.uris import mask_credentials
+from recipe_audit.store.uris import mask_credentials
 
 MASKED = [
     ("http://user:pw@host:5000", "http://user:***@host:5000"),

@@ -566,7 +566,7 @@ def run_cell_job(exp: dict, defense: dict, seed: int, logger=None, *, progress: 
     cell's metrics (as logged)."""
     cell = cell_name(str(defense["name"]), seed)
     if logger is not None:
-        from recipe_audit import tracking
+        from recipe_audit.store import tracking
 
         logger.log_params(tracking.flatten({"experiment": exp, "defense": defense, "seed": seed}))
     base_dir = ensure_base(exp, exp["cache_dir"], progress=progress)
@@ -627,8 +627,9 @@ def card_for_sweep(sweep, exp: dict, sweep_dir: Path | None = None) -> dict | No
     """At multirun end: the acceptance cards of the sweep's finished cells (``exp``: the
     experiment's config), written under ``sweep_dir/acceptance_card`` and logged as artifacts of
     a card run (nested under the sweep)."""
-    from recipe_audit import keys, tracking
+    from recipe_audit import keys
     from recipe_audit.cards.acceptance import write_card
+    from recipe_audit.store import tracking
 
     runs = tracking.sweep_runs(sweep, CELL_KIND, status="FINISHED")
     if not runs:

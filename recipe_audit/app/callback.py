@@ -57,7 +57,7 @@ class OptionError(ValueError):
 def _stop(message: str, code: int = 2) -> None:
     """One sentence on stderr and a non-zero exit. ``SystemExit`` passes through Hydra's callback
     dispatcher, which turns any ``Exception`` of a callback into a warning and goes on."""
-    from recipe_audit.uris import mask_in_text
+    from recipe_audit.store.uris import mask_in_text
 
     print(f"recipe_audit: error: {mask_in_text(message)}", file=sys.stderr)
     sys.exit(code)
@@ -167,7 +167,7 @@ class RecipeAuditCallback(Callback):
             raise OptionError(f"{name('taus')}: {exc}") from None
 
     def _store_names(self, config: DictConfig) -> tuple[str, str]:
-        from recipe_audit import tracking
+        from recipe_audit.store import tracking
 
         uri = tracking.resolve_tracking_uri(self.tracking_uri)
         name = self.experiment_name or str(OmegaConf.select(config, "hydra.job.name") or "recipe_audit")
@@ -183,8 +183,8 @@ class RecipeAuditCallback(Callback):
                               f"{keys}); set hydra.callbacks.recipe_audit.seed_key.")
 
     def _open_store(self, config: DictConfig):
-        from recipe_audit import tracking
-        from recipe_audit.uris import mask_in_text
+        from recipe_audit.store import tracking
+        from recipe_audit.store.uris import mask_in_text
 
         uri, name = self._store_names(config)
         try:
@@ -208,7 +208,7 @@ class RecipeAuditCallback(Callback):
     # -- the multirun ------------------------------------------------------------------------------
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from recipe_audit import tracking
+        from recipe_audit.store import tracking
 
         try:
             self._check(config)
@@ -242,7 +242,7 @@ class RecipeAuditCallback(Callback):
         atexit.register(self._abandoned)
         self._progress = _Progress(os.getpid(), len(_launched_seeds(config, self.seed_key, sweep))
                                    * (_n_recipes(config, self.seed_key) or 1))
-        from recipe_audit.uris import mask_credentials
+        from recipe_audit.store.uris import mask_credentials
 
         log.info("sweep %s: %d planned seeds, parent run %s in %s", sweep.sweep_id, len(sweep.planned_seeds),
                  sweep.parent_run_id, mask_credentials(store.uri))
@@ -262,7 +262,7 @@ class RecipeAuditCallback(Callback):
         sweep, self.sweep = self.sweep, None
         if sweep is None:
             return
-        from recipe_audit import tracking
+        from recipe_audit.store import tracking
 
         try:
             closed = tracking.close_dead_reruns(sweep, only_dead_processes=True, kind=self.run_kind)
@@ -284,7 +284,7 @@ class RecipeAuditCallback(Callback):
         """The planned seeds not yet finished for every recipe of the sweep. A seed is finished for
         a recipe when a FINISHED rerun of it logged every card metric (finite). Seeds finished for
         some recipes of a grid only are run again for all (an extra, honest draw of that seed)."""
-        from recipe_audit import tracking
+        from recipe_audit.store import tracking
 
         n_recipes = _n_recipes(config, self.seed_key)
         done = tracking.finished_seeds(store, sweep, self.metrics)
@@ -297,7 +297,7 @@ class RecipeAuditCallback(Callback):
         if self.sweep is None or _rank() != 0:
             return
         sweep, self.sweep = self.sweep, None
-        from recipe_audit import tracking
+        from recipe_audit.store import tracking
 
         try:
             self._end(sweep, config)
@@ -311,7 +311,7 @@ class RecipeAuditCallback(Callback):
             tracking.checkpoint_store(sweep.tracking_uri)
 
     def _end(self, sweep, config: DictConfig) -> None:
-        from recipe_audit import tracking
+        from recipe_audit.store import tracking
 
 
         tracking.check_store_file(sweep.tracking_uri)
@@ -329,9 +329,9 @@ class RecipeAuditCallback(Callback):
                   f"{self.failed_consequence}.", code=1)
 
     def _cards(self, sweep, config: DictConfig) -> None:
-        from recipe_audit import tracking
         from recipe_audit.cards.build import CardError
         from recipe_audit.cards.sweep import cards_for_sweep, summary_markdown
+        from recipe_audit.store import tracking
 
         opts = self.card_options(config)
         sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -353,14 +353,14 @@ class RecipeAuditCallback(Callback):
 
         if _rank() != 0:
             return
-        from recipe_audit import tracking
+        from recipe_audit.store import tracking
 
         try:
             self._job = self._open_rerun(config)
         except tracking.StoreGone as exc:  # nothing this sweep records can be kept: stop it
             _stop(f"{exc} Relaunch the sweep once the store is back.")
         except Exception as exc:  # noqa: BLE001 - the job still runs; the card counts it as never logged
-            from recipe_audit.uris import mask_in_text
+            from recipe_audit.store.uris import mask_in_text
 
             log.error("recipe_audit: could not open the rerun's run (%s); this seed counts as unfinished",
                       mask_in_text(_one_line(exc)))
@@ -373,7 +373,8 @@ class RecipeAuditCallback(Callback):
             os.environ[k] = v
 
     def _open_rerun(self, config: DictConfig) -> _Job:
-        from recipe_audit import keys, tracking
+        from recipe_audit import keys
+        from recipe_audit.store import tracking
 
         const = self._job_constants(config)
         store = tracking.open_store(const["uri"], const["experiment"])
@@ -451,7 +452,7 @@ class RecipeAuditCallback(Callback):
     def _close_rerun(self, config: DictConfig, job: _Job, job_return: Any) -> None:
         from hydra.core.utils import JobStatus
 
-        from recipe_audit import tracking
+        from recipe_audit.store import tracking
 
         _end_fluent_run()
         store = tracking.open_store(job.rerun.tracking_uri, job.rerun.experiment_name)

@@ -1,4 +1,6 @@
-"""The structured config of the recipe_audit callback (``hydra.callbacks.recipe_audit``).
+"""The structured configs Hydra validates against: the recipe_audit callback's
+(``hydra.callbacks.recipe_audit``, :func:`register`) and the built-in app's groups
+(:func:`register_configs`, from the dataclasses of :mod:`recipe_audit.config`).
 
 Registered in Hydra's ConfigStore as the base of ``hydra/callbacks/recipe_audit.yaml``, so an
 unknown option (a typo) fails when Hydra composes the config, before any job runs. Light on
@@ -47,3 +49,33 @@ def register() -> None:
 
     ConfigStore.instance().store(group="hydra/recipe_audit_schemas", name="callback",
                                  node=RecipeAuditCallbackConfig, provider="recipe_audit")
+
+
+def register_configs() -> None:
+    """Store the schemas so YAML files can extend them
+    (``defaults: [/hydra/recipe_audit_schemas/model@_here_, _self_]``).
+
+    They live under ``hydra/`` (``hydra/recipe_audit_schemas/<group>``), like the callback's: a
+    group of the app's own would list them as options in ``python -m recipe_audit --help``."""
+    from hydra.core.config_store import ConfigStore
+
+    from recipe_audit.config import (
+        SCHEMA_GROUP,
+        AuditConfig,
+        DefenseConfig,
+        ModelConfig,
+        RecipeConfig,
+        RunConfig,
+        TaskConfig,
+        TrackingConfig,
+    )
+
+    cs = ConfigStore.instance()
+    cs.store(name="schema", node=RunConfig)
+    for group, node in (("model", ModelConfig), ("task", TaskConfig), ("recipe", RecipeConfig),
+                        ("audit", AuditConfig), ("tracking", TrackingConfig), ("defense", DefenseConfig)):
+        cs.store(group=SCHEMA_GROUP, name=group, node=node, provider="recipe_audit")
+    from recipe_audit.app.sweepers import register_plugin
+
+    register()  # hydra/callbacks=recipe_audit (also done by the search-path plugin)
+    register_plugin()  # hydra/sweeper=curtail

@@ -52,7 +52,7 @@ def _metric_name(metric: str) -> str:
 def read_card_runs(req: CardRequest):
     """The runs of ``req`` as :func:`compute_cards` reads them (one ``read_runs``: the metric, the
     seed, group and extra keys, the params that describe the recipe); raises ``QueryError``."""
-    from recipe_audit.query import read_runs
+    from recipe_audit.store.query import read_runs
 
     extra = [f"params.{p}" for p in SUMMARY_PARAMS] + ["tags." + keys.TAG_SWEEP_ID, _SCORED_ON]
     # an audit set no rerun was scored on is a question for refused-shift cells, not an error
@@ -65,7 +65,7 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
                   frame=None) -> dict[str, Any]:
     """The card document for every cell of ``req`` at every τ of ``opts``. ``frame``: the runs,
     when the caller has read them already with :func:`read_card_runs` ``(req)`` (else read here)."""
-    from recipe_audit.query import QueryError, collect_reruns, read_runs
+    from recipe_audit.store.query import QueryError, collect_reruns, read_runs
 
     metric = _metric_name(req.metric)
     try:

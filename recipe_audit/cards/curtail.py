@@ -1,6 +1,6 @@
 """Cards of curtailed sweeps: the verdict at the planned N, not at the seeds launched.
 
-A curtailing sweep (``recipe_audit/sweeper.py``) records on its sweep parent run, per recipe, the
+A curtailing sweep (``recipe_audit/app/sweepers.py``) records on its sweep parent run, per recipe, the
 planned N, the seeds it launched and why it stopped (``keys.TAG_CURTAILMENT``). For such a cell:
 
 * seeds the sweep never launched are not unfinished reruns: they are dropped from the cell (a
@@ -84,7 +84,7 @@ def _group_of(record: dict[str, Any], cell: Cell) -> dict[str, Any] | None:
 
 
 def _curtailed_cell(cell: Cell, record: dict[str, Any], group: dict[str, Any], parent: str) -> Cell:
-    from recipe_audit.query import NEVER_LOGGED, RerunSet
+    from recipe_audit.store.query import NEVER_LOGGED, RerunSet
 
     launched = {_norm(s) for s in group.get("launched_seeds", [])}
     keep = [i for i, (s, rid, st) in enumerate(zip(cell.seeds, cell.run_ids, cell.statuses, strict=True))

@@ -9,7 +9,7 @@ from typing import Any
 from recipe_audit.cards.build import CardOptions
 from recipe_audit.cards.compute import CardRequest, compute_cards
 from recipe_audit.cards.render import GRID_HEADER, cell_groups, rules_table, text_table, verdict_table
-from recipe_audit.cards.store import log_card_runs, render_files, ui_experiment_link
+from recipe_audit.store.cards import log_card_runs, render_files, ui_experiment_link
 
 
 def story(doc: dict[str, Any]) -> list[str]:

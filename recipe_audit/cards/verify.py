@@ -136,7 +136,7 @@ def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
     """:func:`load_card`, with the sha256 of each file the card's manifest lists, read from beside
     the card (its Markdown and plots); for a card at the top of a run's artifacts (a card run),
     also the names of files there that the manifest does not list."""
-    from recipe_audit.cards.store import file_sha256, validate
+    from recipe_audit.store.cards import file_sha256, validate
 
     text = str(path_or_uri)
     path = Path(text)
@@ -188,7 +188,7 @@ def _remote_files(base: str, card_name: str, names: Sequence[str], tracking_uri:
     and None for every other file there (best effort: a store that cannot list shows none)."""
     import mlflow
 
-    from recipe_audit.cards.store import file_sha256
+    from recipe_audit.store.cards import file_sha256
 
     out: dict[str, str | None] = {}
     try:

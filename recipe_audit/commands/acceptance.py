@@ -86,7 +86,7 @@ def cmd_acceptance(a: argparse.Namespace) -> int:
     tracking_uri = a.tracking_uri
     if tracking_uri is None and (a.records_experiment or any(":/" in r for r in a.records)
                                  or a.mechanism):
-        from recipe_audit.tracking import resolve_tracking_uri
+        from recipe_audit.store.tracking import resolve_tracking_uri
 
         tracking_uri = resolve_tracking_uri(None)
     restricted = False if a.cross_restricted is None else (True if not a.cross_restricted else tuple(a.cross_restricted))

@@ -12,7 +12,7 @@ from collections.abc import Callable
 #: The most reruns a count may hold (the same as recipe_audit.stats.exact.MAX_RERUNS).
 MAX_RERUNS = 10**15
 
-#: Help text of every ``--tracking-uri``: the true default (recipe_audit.tracking.resolve_tracking_uri).
+#: Help text of every ``--tracking-uri``: the true default (recipe_audit.store.tracking.resolve_tracking_uri).
 TRACKING_URI_HELP = ("default: $MLFLOW_TRACKING_URI, else the SQLite store mlruns/mlflow.db under the current "
                      "directory (sqlite:///mlruns/mlflow.db)")
 

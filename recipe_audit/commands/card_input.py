@@ -154,7 +154,7 @@ def output_paths(json_path: Path | None, out_dir: Path | None) -> None:
 def tracking_uri(uri: str, will_log: bool) -> None:
     """A URI MLflow can read; an existing SQLite file (a read must not create an empty store); a
     server that answers; and, when the card is to be logged, a store that can be written."""
-    from recipe_audit.uris import mask_in_text
+    from recipe_audit.store.uris import mask_in_text
 
     try:
         scheme = urlsplit(uri).scheme.lower()
@@ -175,7 +175,7 @@ def tracking_uri(uri: str, will_log: bool) -> None:
         if will_log:
             _sqlite_writable(db, uri)
     elif scheme in ("http", "https"):
-        from recipe_audit.tracking import check_reachable
+        from recipe_audit.store.tracking import check_reachable
 
         check_reachable(uri)
 
@@ -235,7 +235,7 @@ def store(uri: str, experiment: str, metrics: Sequence[str], *, seed_key: str, g
     values the finished reruns logged. ``frame``: the runs, when the caller has read them already
     (``read_runs`` of ``metrics`` with ``seed_key``, ``group_by``, the audit-sets tag among the
     extra keys and ``require_metrics=False``, as the card's own read does); else read here."""
-    from recipe_audit.query import read_runs
+    from recipe_audit.store.query import read_runs
 
     scored_on = "tags." + keys.TAG_AUDIT_SETS
     names = [m[len("metrics."):] if m.startswith("metrics.") else m for m in metrics]

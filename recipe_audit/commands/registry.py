@@ -32,7 +32,7 @@ def _open(tracking_uri: str | None) -> str:
     create an empty store where a path was mistyped)."""
     from pathlib import Path
 
-    from recipe_audit.tracking import check_reachable, resolve_tracking_uri
+    from recipe_audit.store.tracking import check_reachable, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
@@ -91,7 +91,7 @@ def register(subparsers) -> dict:
 
 def cmd_attach(a: argparse.Namespace) -> int:
     from recipe_audit.cards.verify import read_card
-    from recipe_audit.registry import attach
+    from recipe_audit.store.registry import attach
 
     uri = _open(a.tracking_uri)
     card = read_card(a.card, uri)
@@ -113,7 +113,7 @@ def cmd_attach(a: argparse.Namespace) -> int:
 
 
 def cmd_gate(a: argparse.Namespace) -> int:
-    from recipe_audit.registry import gate
+    from recipe_audit.store.registry import gate
 
     uri = _open(a.tracking_uri)
     res = gate(uri, a.model_name, version=a.version, alias=a.alias, audit=a.audit, tau=a.tau,
@@ -130,7 +130,7 @@ def cmd_gate(a: argparse.Namespace) -> int:
 
 def cmd_verify(a: argparse.Namespace) -> int:
     from recipe_audit.cards.verify import read_card, verify_card
-    from recipe_audit.tracking import resolve_tracking_uri
+    from recipe_audit.store.tracking import resolve_tracking_uri
 
     card = read_card(a.card, resolve_tracking_uri(a.tracking_uri))
     res = verify_card(card.doc, a.tracking_uri, card)  # default: the store the card names (its source)

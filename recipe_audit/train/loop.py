@@ -5,7 +5,7 @@ fine-tunes, whose defense penalties enter through its ``loss_fn``.
 
 The same function runs in one process on a CPU, or under ``accelerate launch`` on several
 devices (the data loader is sharded by ``Accelerator.prepare``; every process scores the full
-audit sets and only the main process logs them: ``recipe_audit.distributed``).
+audit sets and only the main process logs them: ``recipe_audit.app.distributed``).
 Everything that depends on the seed (initialisation, data order, dropout) is seeded here.
 """
 

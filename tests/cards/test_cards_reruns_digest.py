@@ -19,8 +19,8 @@ from recipe_audit.cards.build import (
     seal,
 )
 from recipe_audit.cards.compute import CardRequest, compute_cards
-from recipe_audit.cards.store import file_sha256, render_files, validate
 from recipe_audit.cards.verify import read_card, self_check, verify_card
+from recipe_audit.store.cards import file_sha256, render_files, validate
 
 
 def _card(uri, taus=(0.7,), **kw):

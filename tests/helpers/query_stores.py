@@ -26,7 +26,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from recipe_audit import keys
-from recipe_audit.query import clear_engine_cache
+from recipe_audit.store.query import clear_engine_cache
 
 __all__ = [  # the fixtures
     "byo_store_fixture",

@@ -13,7 +13,7 @@ import pytest
 from helpers.query_stores import METRIC, NOW_MS, OLD_MS
 
 from recipe_audit import keys
-from recipe_audit.query import (
+from recipe_audit.store.query import (
     NEVER_LOGGED,
     REASONS,
     QueryError,

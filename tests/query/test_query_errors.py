@@ -6,7 +6,7 @@ import pytest
 from helpers.query_stores import METRIC
 
 from recipe_audit import keys
-from recipe_audit.query import QueryError, collect_reruns, read_runs
+from recipe_audit.store.query import QueryError, collect_reruns, read_runs
 
 BACKENDS = ("sql", "client")
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from helpers.query_stores import METRIC
 
-import recipe_audit.query as query
+import recipe_audit.store.query as query
 from recipe_audit import keys
 
 GROUP = ("tags." + keys.TAG_MODEL,)

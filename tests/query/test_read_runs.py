@@ -12,7 +12,7 @@ from helpers.query_stores import METRIC, build_byo
 from mlflow.tracking import MlflowClient
 
 from recipe_audit import keys
-from recipe_audit.query import is_sql_uri, read_runs
+from recipe_audit.store.query import is_sql_uri, read_runs
 
 GROUP = ("tags." + keys.TAG_MODEL,)
 EXTRA = (
@@ -249,7 +249,7 @@ def test_many_keys_are_split_over_several_selects(empty_store):
 
 
 def test_search_runs_path_pages_through_the_runs(rich_store, monkeypatch):
-    from recipe_audit import query
+    from recipe_audit.store import query
 
     uri, _ = rich_store
     expected = read_runs(uri, "exp", [METRIC], backend="sql")
@@ -259,7 +259,7 @@ def test_search_runs_path_pages_through_the_runs(rich_store, monkeypatch):
 
 
 def test_search_runs_path_falls_back_to_small_pages_when_refused(rich_store, monkeypatch):
-    from recipe_audit import query
+    from recipe_audit.store import query
 
     uri, _ = rich_store
     expected = read_runs(uri, "exp", [METRIC], backend="sql")

@@ -10,7 +10,7 @@ import pytest
 from helpers.query_stores import METRIC, build_byo
 from mlflow.tracking import MlflowClient
 
-import recipe_audit.query as query
+import recipe_audit.store.query as query
 from recipe_audit import keys
 
 GROUP = ("tags." + keys.TAG_MODEL,)

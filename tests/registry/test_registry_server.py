@@ -19,7 +19,7 @@ from helpers.registry_world import make_world
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from recipe_audit import registry
+from recipe_audit.store import registry
 
 
 def _free_port() -> int:
@@ -99,7 +99,7 @@ def test_attach_gate_verify_over_http(server, world, capsys):
     # MLflow's own loader, through the server's registry
     import mlflow
 
-    from recipe_audit.tracking import use_tracking_uri
+    from recipe_audit.store.tracking import use_tracking_uri
 
     with use_tracking_uri(uri):
         pipe = mlflow.transformers.load_model("models:/clf@candidate")

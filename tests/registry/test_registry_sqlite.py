@@ -12,8 +12,9 @@ from helpers.registry_world import BAD, EXP, GOOD, log_rerun, make_world
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from recipe_audit import keys, registry
-from recipe_audit.tracking import use_tracking_uri
+from recipe_audit import keys
+from recipe_audit.store import registry
+from recipe_audit.store.tracking import use_tracking_uri
 
 
 def _copy_db(src, dst):
@@ -299,7 +300,7 @@ def _artifact_dir(client, run_id):
 def _card_file(uri, path, recipe_id, eps=0.1, delta=0.1, taus=(0.7,)):
     from recipe_audit.cards.build import CardOptions
     from recipe_audit.cards.compute import CardRequest, compute_cards
-    from recipe_audit.cards.store import write_json
+    from recipe_audit.store.cards import write_json
 
     doc = compute_cards(CardRequest(experiment=EXP, tracking_uri=uri, recipe_id=recipe_id),
                         CardOptions(taus=taus, eps=eps, delta=delta))
@@ -499,7 +500,7 @@ def test_attach_records_the_family_and_the_gate_reads_the_family_wise_verdict(co
     default and passes it with --pointwise (a recipe fixed before the sweep)."""
     from recipe_audit.cards.build import CardOptions
     from recipe_audit.cards.compute import CardRequest, compute_cards
-    from recipe_audit.cards.store import write_json
+    from recipe_audit.store.cards import write_json
 
     world, uri, tmp = copy
     assert _attach_from_run(uri, world, capsys)[0] == 0

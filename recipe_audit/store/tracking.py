@@ -64,7 +64,7 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
     """Fail fast, with one sentence, when an ``http(s)://`` tracking server does not answer
     (MLflow's own client would retry for minutes) or a SQLite store cannot be written."""
     if uri.startswith(("http://", "https://")):
-        from recipe_audit.uris import mask_in_text, without_credentials
+        from recipe_audit.store.uris import mask_in_text, without_credentials
 
         health = without_credentials(uri).rstrip("/") + "/health"  # urllib takes no user info in a URL
         uri = mask_in_text(uri)  # named in the sentences below

@@ -89,6 +89,9 @@ def _tolerant(base):
     return Tolerant
 
 
+# Hydra instantiates only launchers defined under ``hydra_plugins``: these are the bases of
+# ``hydra_plugins.recipe_audit.plugins.TolerantLocalLauncher`` and ``TolerantSlurmLauncher``
+TolerantLocalLauncherBase = TolerantSlurmLauncherBase = None
 if LocalLauncher is not None:
-    TolerantLocalLauncher = _tolerant(LocalLauncher)
-    TolerantSlurmLauncher = _tolerant(SlurmLauncher)
+    TolerantLocalLauncherBase = _tolerant(LocalLauncher)
+    TolerantSlurmLauncherBase = _tolerant(SlurmLauncher)

@@ -401,7 +401,7 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
     from mlflow.exceptions import MlflowException
 
     from recipe_audit.cards.render import to_markdown
-    from recipe_audit.cards.store import log_cell_card_runs
+    from recipe_audit.store.cards import log_cell_card_runs
 
     if (version is None) == (run_id is None):
         raise RegistryError("Name the model version with --version or register one with --run-id (one of them).")
@@ -455,7 +455,7 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
             if existing is None:
                 client.create_registered_model(model_name)
                 created_model = True
-            from recipe_audit.tracking import use_tracking_uri
+            from recipe_audit.store.tracking import use_tracking_uri
 
             with use_tracking_uri(tracking_uri):  # MLflow resolves a models:/ source with the global URI
                 mv = client.create_model_version(model_name, source, run_id=run_id, model_id=model_id)

@@ -2,7 +2,7 @@
 
 Hydra's joblib launcher (same parameters: ``n_jobs``, ``backend``, ``prefer``, ...; same loky
 worker processes), except that each worker composes one job per recipe and derives the other
-seeds' configurations from it (:func:`recipe_audit.launcher.execute_job_in_worker`) instead of
+seeds' configurations from it (:func:`recipe_audit.app.launchers.execute_job_in_worker`) instead of
 composing every job from the config files again (``bench/bench_compose.py``). Hydra's launcher names
 its job function inside ``launch``, so this submits the jobs the way it does, with that function.
 """
@@ -20,15 +20,17 @@ try:
 except ImportError:  # pip install 'recipe_audit[parallel]'
     JoblibLauncher = None
 
+SeedJoblibLauncherBase = None  # the base of hydra_plugins.recipe_audit.plugins.SeedJoblibLauncher
+
 
 if JoblibLauncher is not None:
 
-    class SeedJoblibLauncher(JoblibLauncher):
+    class SeedJoblibLauncherBase(JoblibLauncher):
         """Hydra's joblib launcher; its workers derive each seed's job configuration."""
 
         def launch(self, job_overrides, initial_job_idx):
             """``hydra_joblib_launcher._core.launch`` (hydra-joblib-launcher 1.2), with
-            :func:`recipe_audit.launcher.execute_job_in_worker` as the job function."""
+            :func:`recipe_audit.app.launchers.execute_job_in_worker` as the job function."""
             from hydra.core.singleton import Singleton
             from hydra.core.utils import configure_log, filter_overrides, setup_globals
             from hydra_plugins.hydra_joblib_launcher._core import process_joblib_cfg
@@ -81,7 +83,7 @@ MAX_TRIES = 2
 
 
 def _indexed(i, idx, overrides, hydra_context, config, task_function, singleton_state):
-    from recipe_audit.launcher import execute_job_in_worker
+    from recipe_audit.app.launchers import execute_job_in_worker
 
     return i, execute_job_in_worker(idx, overrides, hydra_context, config, task_function, singleton_state)
 
@@ -97,7 +99,7 @@ def _killed_return(overrides):
 
 
 def _close_reruns_of_dead_workers(sweep_dir: str) -> list[str]:
-    from recipe_audit import tracking
+    from recipe_audit.store import tracking
 
     info = tracking.current_sweep(Path(sweep_dir))
     return [] if info is None else tracking.close_dead_reruns(info, only_dead_processes=True)

@@ -45,7 +45,7 @@ def ui_experiment_path(experiment_id: str) -> str:
 def ui_experiment_link(tracking_uri: str, experiment_id: str) -> str:
     """:func:`ui_experiment_path` as a person opens it: on a tracking server, its full address;
     on a local store, the ``mlflow ui`` command first."""
-    from recipe_audit.uris import mask_credentials
+    from recipe_audit.store.uris import mask_credentials
 
     path = ui_experiment_path(experiment_id)
     if tracking_uri.startswith(("http://", "https://")):

@@ -30,7 +30,7 @@ recipe_audit callback opened a sweep parent run, to that run's tags, where the c
 card states the verdict at the planned N.
 
 Hydra only instantiates sweepers from the ``hydra_plugins`` namespace; the plugin class is
-``hydra_plugins.recipe_audit_sweeper.curtail.CurtailingSweeper`` (a thin subclass of
+``hydra_plugins.recipe_audit.plugins.CurtailingSweeper`` (a thin subclass of
 :class:`CurtailingSweeperBase`), selected by ``recipe_audit/app/hydra_conf/hydra/sweeper/curtail.yaml``.
 """
 
@@ -52,7 +52,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
 from recipe_audit import keys
-from recipe_audit.launcher import plain_int_seed
+from recipe_audit.app.launchers import plain_int_seed
 
 log = logging.getLogger("recipe_audit")
 
@@ -277,7 +277,7 @@ class CurtailingSweeperBase(RecipeSweeperBase):
         if outcome is not None and outcome.get("recipe_id"):
             return outcome["recipe_id"]
         try:
-            from recipe_audit.tracking import recipe_identity
+            from recipe_audit.store.tracking import recipe_identity
 
             return recipe_identity(OmegaConf.to_container(ret.cfg, resolve=True))
         except Exception:  # not a recipe_audit job config: a card matches it only in a one-recipe sweep
@@ -416,13 +416,13 @@ class CurtailingSweeperBase(RecipeSweeperBase):
     def _publish(self, sweep_dir: Path) -> None:
         """Write the record beside the sweep and onto the sweep parent run (if there is one); by
         the main process only, under a multi-process ``accelerate launch``."""
-        from recipe_audit import distributed
+        from recipe_audit.app import distributed
 
         if not distributed.is_main_process():
             return
         text = json.dumps(self.record, separators=(",", ":"))
         (sweep_dir / RECORD_FILE).write_text(json.dumps(self.record, indent=2))
-        from recipe_audit import tracking
+        from recipe_audit.store import tracking
 
         info = tracking.current_sweep(sweep_dir)
         if info is None:
@@ -450,19 +450,14 @@ def register_plugin() -> None:
     (facebookresearch/hydra#2359, #3252), so the app registers its own sweepers explicitly
     (``Plugins.register``, idempotent). Without the plugin package installed this does nothing."""
     try:
-        from hydra_plugins.recipe_audit_sweeper.curtail import CurtailingSweeper
-        from hydra_plugins.recipe_audit_sweeper.seeds import SeedLauncher, SeedSweeper
+        from hydra_plugins.recipe_audit import plugins
     except ImportError:
         return
     from hydra.core.plugins import Plugins
 
-    for plugin in (CurtailingSweeper, SeedSweeper, SeedLauncher):
-        Plugins.instance().register(plugin)
-    # the launchers built on optional Hydra plugins: the joblib workers (the 'parallel' extra) and
-    # the submitit launchers that survive a dead rerun (the 'cluster' extra)
-    from hydra_plugins.recipe_audit_sweeper import parallel, tolerant_submitit
-
-    for module, name in ((parallel, "SeedJoblibLauncher"), (tolerant_submitit, "TolerantLocalLauncher"),
-                         (tolerant_submitit, "TolerantSlurmLauncher")):
-        if getattr(module, name, None) is not None:
-            Plugins.instance().register(getattr(module, name))
+    for name in ("CurtailingSweeper", "SeedSweeper", "SeedLauncher",
+                 # built on optional Hydra plugins: the joblib workers (the 'parallel' extra) and
+                 # the submitit launchers that survive a dead rerun (the 'cluster' extra)
+                 "SeedJoblibLauncher", "TolerantLocalLauncher", "TolerantSlurmLauncher"):
+        if getattr(plugins, name, None) is not None:
+            Plugins.instance().register(getattr(plugins, name))

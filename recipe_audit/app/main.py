@@ -1,0 +1,272 @@
+"""The Hydra app behind ``python -m recipe_audit``. One job = one rerun (one seed of one recipe).
+
+    python -m recipe_audit                      # one rerun, seed 0
+    python -m recipe_audit -m                   # the default sweep: 59 seeds
+    python -m recipe_audit -m 'seed=range(10)' recipe=default,stable
+
+The ``DictConfig`` stops here: it becomes the typed dataclasses of :mod:`recipe_audit.config`.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from recipe_audit.app.schema import register_configs
+from recipe_audit.config import unknown_keys
+
+log = logging.getLogger("recipe_audit")
+
+register_configs()
+
+_FREEZES_LEFT = 4
+
+
+def _freeze_setup() -> None:
+    """Exempt what the sweep has set up so far from garbage collection (``gc.freeze``).
+
+    Hydra, OmegaConf, MLflow, SQLAlchemy, torch and transformers leave about 700,000 long-lived
+    objects in the process; every full collection walks all of them again, and imports and the
+    training loop's allocations trigger such collections often (each one slower as the process
+    grows). The set-up is paid once per sweep, so it is frozen once, in four
+    steps: at start-up (Hydra), when the first job starts (MLflow, the store, the composed job
+    configs), before it trains (torch, transformers, the tokenised task) and before the second
+    job trains (what the first rerun imported lazily). Objects alive then that later become
+    garbage are never reclaimed: a job config and a few thousand objects, once per process."""
+    global _FREEZES_LEFT
+    if _FREEZES_LEFT:
+        gc.freeze()
+        _FREEZES_LEFT -= 1
+
+
+class ConfigurationError(ValueError):
+    """The composed configuration cannot be run (one sentence)."""
+
+
+def run_rerun(cfg: DictConfig) -> dict[str, float] | None:
+    """Train and log one rerun. Returns the audit accuracies (None when the rerun failed)."""
+    from recipe_audit.app.distributed import DistributedError
+
+    try:
+        return _run_rerun(cfg)
+    except DistributedError as exc:
+        _fail(str(exc), exc)
+
+
+def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
+    from recipe_audit.app import distributed
+
+    if OmegaConf.select(cfg, "experiment.kind", default=None) == "acceptance":  # experiment=acceptance
+        if distributed.world_size() > 1:
+            _fail("experiment=acceptance trains in one process; run it with python -m recipe_audit, "
+                  "not under a multi-process accelerate launch.")
+        return _run_acceptance_cell(cfg)
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from recipe_audit.config import RunConfig
+    from recipe_audit.train.loop import RecipeError, prepare_task, select_audits, train_rerun
+    from recipe_audit.train.models import ModelError
+    from recipe_audit.train.shift import prepare_extra_audits
+    from recipe_audit.train.tasks import TaskError
+
+    if _FREEZES_LEFT > 2:  # the first job
+        _freeze_setup()
+    run_cfg: RunConfig = OmegaConf.to_object(cfg)
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+
+    if run_cfg.threads:
+        import torch
+
+        torch.set_num_threads(run_cfg.threads)
+
+    # Configuration problems are the same for every seed: stop before logging anything.
+    try:
+        stray = unknown_keys(run_cfg)
+        if stray:
+            raise ConfigurationError(f"{', '.join(stray)}: no such option (a misspelt key added with '+'?); "
+                                     "see python -m recipe_audit --cfg job for the options that exist.")
+        if not 0 <= run_cfg.seed < 2**32:
+            raise ConfigurationError(f"seed must be a whole number from 0 to 2**32 - 1, not {run_cfg.seed}.")
+        bad_taus = [t for t in run_cfg.audit.taus if not 0 <= t <= 1]
+        if bad_taus:
+            raise ConfigurationError(f"audit.taus are accuracy bars between 0 and 1; {bad_taus} is not.")
+        if run_cfg.audit.unfinished not in ("fail", "refuse"):
+            raise ConfigurationError("audit.unfinished must be 'fail' or 'refuse'.")
+        for name, value in (("audit.eps", run_cfg.audit.eps), ("audit.delta", run_cfg.audit.delta)):
+            if not 0 < value < 1:
+                raise ConfigurationError(f"{name} must lie strictly between 0 and 1, not {value}.")
+        prepared = prepare_task(run_cfg.task, run_cfg.model)
+        audit_sets = select_audits(prepared.task, run_cfg.audit)
+        extra_audits = prepare_extra_audits(run_cfg.audit.extra_tasks, run_cfg.audit.extra_task_options,
+                                            prepared, run_cfg.model)  # task shift (docs/guide/shift.md)
+        scored = [*audit_sets, *(x.name for x in extra_audits)]
+        if run_cfg.audit.primary not in scored:
+            raise ConfigurationError(f"audit.primary '{run_cfg.audit.primary}' is not an audit set this sweep "
+                                     f"scores (it scores {scored}).")
+    except (ConfigurationError, TaskError, ModelError, RecipeError) as exc:
+        _fail(str(exc), exc)
+
+    # The rerun's MLflow run was opened by the recipe_audit callback (recipe_audit.app.callback),
+    # on the main process only under a multi-process accelerate launch; every process trains.
+    distributed.world_size()  # refuses processes accelerate launched but did not connect
+    logger = _attach_rerun([*audit_sets, *(x.name for x in extra_audits)], cfg)
+    _freeze_setup()
+    try:
+        result = train_rerun(
+            run_cfg.seed, run_cfg.model, run_cfg.recipe, prepared, audit_sets,
+            eval_batch_size=run_cfg.audit.eval_batch_size, progress=run_cfg.progress,
+            keep_model=run_cfg.tracking.log_model and logger is not None,
+            on_step=logger.log_step if logger is not None else None, extra_audits=extra_audits,
+        )
+        if logger is not None:
+            logger.log_result(result)
+            if run_cfg.tracking.log_model:
+                logger.log_model(result.model, result.tokenizer, labels=prepared.task.labels)
+    except (ModelError, RecipeError) as exc:  # the same for every seed: stop the sweep
+        _fail(str(exc), exc)
+    except Exception as exc:  # a crashing rerun is data: the callback records it FAILED, the sweep goes on
+        if logger is not None:
+            _stop_if_store_gone(logger.store, run_cfg.seed, exc)
+            try:
+                logger.flush()
+            except Exception:  # noqa: BLE001 - the error that matters is the rerun's
+                pass
+        if not multirun:
+            _fail(f"seed {run_cfg.seed} FAILED ({type(exc).__name__}: {exc})", exc)
+        raise
+    if logger is not None:
+        try:
+            logger.flush()
+        except Exception as exc:
+            _stop_if_store_gone(logger.store, run_cfg.seed, exc)
+            raise
+    return {name: s.accuracy for name, s in result.audits.items()}
+
+
+def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
+    """One cell x seed of experiment=acceptance, written into the run the callback opened for the
+    job. A base model that cannot be trained stops the sweep (every cell starts from it); another
+    failure is the cell's (recorded FAILED by the callback, the sweep goes on)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from recipe_audit.acceptance.experiment import BaseModelError, cell_name, run_cell_job
+
+    exp = OmegaConf.to_container(cfg.experiment, resolve=True)
+    defense = OmegaConf.to_container(cfg.defense, resolve=True)
+    if int(cfg.threads or 0):
+        import torch
+
+        torch.set_num_threads(int(cfg.threads))
+    logger = _attach_rerun((), cfg)
+    try:
+        return run_cell_job(exp, defense, int(cfg.seed), logger, progress=bool(cfg.progress))
+    except BaseModelError as exc:
+        _fail(str(exc).rstrip(".") + "; every cell starts from it, so the sweep stops here.", exc)
+    except Exception as exc:
+        if logger is not None:
+            _stop_if_store_gone(logger.store, int(cfg.seed), exc)
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            _fail(f"cell {cell_name(str(defense['name']), int(cfg.seed))} FAILED ({type(exc).__name__}: {exc})", exc)
+        raise
+
+
+def _attach_rerun(audit_names, cfg):
+    """A writer for the rerun's run the callback opened for this job (None on other processes)."""
+    from recipe_audit import keys
+    from recipe_audit.app.callback import current_rerun
+    from recipe_audit.store import tracking
+
+    rerun = current_rerun()
+    if rerun is None:
+        return None
+    try:
+        store = tracking.open_store(rerun.tracking_uri, rerun.experiment_name)
+        logger = tracking.RerunLogger.attach(store, rerun.run_id, rerun.artifact_uri)
+        if audit_names:
+            rerun.tags[keys.TAG_AUDIT_SETS] = ",".join(audit_names)  # written when the callback closes the run
+        logger.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+    except tracking.TrackingError as exc:
+        _fail(str(exc), exc)
+    return logger
+
+
+def _stop_if_store_gone(store, seed: int, exc: BaseException) -> None:
+    """A tracking server that went away mid-sweep stops the sweep with one sentence (rather than
+    recording reruns nowhere): every rerun that finished before is in the store, and relaunching
+    with ``tracking.resume=true`` trains only the others."""
+    from recipe_audit.store import tracking
+
+    try:
+        tracking.check_reachable(store.uri)
+    except tracking.TrackingError as gone:
+        _fail(f"{gone} Seed {seed} was not recorded and the sweep stops here; the reruns that "
+              "finished are in the store: relaunch the same command with tracking.resume=true "
+              "once it is back.", exc, record=False)
+
+
+def _fail(message: str, exc: BaseException | None = None, record: bool = True) -> None:
+    """One sentence and exit 2. The rerun's run (if the callback opened one) is closed FAILED
+    first: exiting skips the callback's end of the job."""
+    from recipe_audit.app.callback import current_rerun
+
+    rerun = current_rerun()
+    if record and rerun is not None:
+        from recipe_audit.store import tracking
+
+        try:
+            store = tracking.open_store(rerun.tracking_uri, rerun.experiment_name)
+            tracking.close_rerun(store, rerun.run_id, error=exc or ConfigurationError(message))
+            # the sweep stops here: its parent run says so rather than staying RUNNING
+            sweep = tracking.current_sweep(None)
+            if sweep is not None and sweep.sweep_id == rerun.sweep_id:
+                tracking.end_sweep(sweep, "FAILED", error=message)
+        except Exception:  # noqa: BLE001 - the sentence below is what the user needs
+            pass
+    from recipe_audit.store.uris import mask_in_text
+
+    print(f"recipe_audit: error: {mask_in_text(message)}", file=sys.stderr)
+    sys.exit(2)
+
+
+@hydra.main(version_base="1.3", config_path="pkg://recipe_audit.conf", config_name="config")
+def main(cfg: DictConfig) -> dict[str, float] | None:
+    return run_rerun(cfg)
+
+
+def _refuse_unconnected_processes() -> None:
+    """Processes a launcher started together (WORLD_SIZE > 1) that accelerate does not connect
+    would each log every rerun on its own: refused with one sentence before Hydra starts, so
+    nothing reaches the store (the callback opens the sweep when the multirun starts)."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        from recipe_audit.app.distributed import DistributedError, world_size
+
+        try:
+            world_size()
+        except DistributedError as exc:
+            print(f"recipe_audit: error: {exc}", file=sys.stderr)
+            sys.exit(2)
+
+
+_CLI_COMMANDS = ("bound", "card", "acceptance", "attach", "gate", "verify")
+
+
+def run() -> None:
+    """``python -m recipe_audit``: a recipe-audit command word (``card``, ``bound``, ...) runs
+    that command; anything else is the Hydra app."""
+    if len(sys.argv) > 1 and sys.argv[1] in _CLI_COMMANDS:
+        # a bare word is never a Hydra override, which Hydra would answer with a parser traceback
+        from recipe_audit.cli import main as cli_main
+
+        sys.exit(cli_main(sys.argv[1:]))
+    _refuse_unconnected_processes()
+    _freeze_setup()
+    main()
