@@ -108,7 +108,7 @@ class Card:
     def save(self, directory: str | Path) -> dict[str, Path]:
         """Write the card's files (``card.json``, ``card.md``, ``card.html``, the plots) into
         ``directory``; returns them by kind."""
-        from recipe_audit.store.cards import render_files
+        from recipe_audit.cards.files import render_files
 
         return render_files(self.doc, Path(directory))
 
@@ -205,7 +205,7 @@ def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
     import pandas as pd
 
     from recipe_audit.cards.build import build_document, cell_from_rerun_set
-    from recipe_audit.store.query import collect_reruns
+    from recipe_audit.reruns import collect_reruns
 
     if not isinstance(runs, pd.DataFrame):
         raise ValueError(f"runs must be a pandas DataFrame, not {type(runs).__name__}.")
@@ -258,7 +258,7 @@ def attach(model_name: str, card: Card | dict[str, Any] | str | Path, *, version
     uri = _uri(tracking_uri)
     files = None
     if isinstance(card, (str, Path)):
-        from recipe_audit.cards.verify import read_card
+        from recipe_audit.store.card_files import read_card
 
         files = read_card(str(card), uri)
         doc = files.doc

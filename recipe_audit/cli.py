@@ -200,8 +200,9 @@ def cmd_card(a: argparse.Namespace) -> int:
 
     from recipe_audit.cards.build import CardOptions
     from recipe_audit.cards.compute import CardRequest, compute_cards
+    from recipe_audit.cards.files import render_files, write_json
     from recipe_audit.cards.sweep import print_summary
-    from recipe_audit.store.cards import log_cell_card_runs, render_files, write_json
+    from recipe_audit.store.cards import log_cell_card_runs
 
     opts = CardOptions(taus=taus, eps=a.eps, delta=a.delta,
                        higher_is_better=not a.lower_is_better, unfinished=a.unfinished,

@@ -175,9 +175,9 @@ class RunConfig:
     tracking: TrackingConfig = MISSING
     seed: int = 0
     progress: bool = True  # progress bar during training
-    # torch threads per rerun: 1 by default, so a sweep on a busy machine (or several workers)
-    # does not oversubscribe the cores; 0 leaves torch's own choice (one per core)
-    threads: int = 1
+    # torch threads per rerun: "auto" (decided once a sweep from the free CPUs and the reruns
+    # the launcher runs at once, recipe_audit/app/threads.py), a number, or 0 for torch's own choice
+    threads: Any = "auto"
     # experiment=acceptance (conf/experiment/acceptance.yaml) sets these; None for recipe reruns
     experiment: ExperimentConfig | None = None
     defense: DefenseConfig | None = None

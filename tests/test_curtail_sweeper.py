@@ -129,8 +129,7 @@ def _ret(value):
 def test_record_goes_onto_the_sweep_parent(tmp_path, store, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from recipe_audit.app import sweepers as sweeper_mod
-    from recipe_audit.store import tracking
+    from recipe_audit.store import curtailment, tracking
 
     info = tracking.start_sweep(tracking.open_store(store, "exp"), range(30), tmp_path / "sweep", [])
     try:
@@ -140,7 +139,7 @@ def test_record_goes_onto_the_sweep_parent(tmp_path, store, monkeypatch):
         tags = client.get_run(info.parent_run_id).data.tags
         assert json.loads(tags[keys.TAG_CURTAILMENT]) == sw.record
         assert tags[keys.TAG_CURTAIL_SUMMARY].startswith("3 of 30 planned reruns launched (stopped early)")
-        monkeypatch.setattr(sweeper_mod, "_MAX_TAG", 10)  # a long record goes to an artifact
+        monkeypatch.setattr(curtailment, "_MAX_TAG", 10)  # a long record goes to an artifact
         sw = _sweeper(tmp_path, lambda ov: None)
         sw.sweep(["seed=range(30)"])
         tags = client.get_run(info.parent_run_id).data.tags

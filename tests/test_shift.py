@@ -17,11 +17,11 @@ from recipe_audit import keys
 from recipe_audit.app.schema import register_configs
 from recipe_audit.cards.build import CardOptions
 from recipe_audit.cards.compute import CardRequest, compute_cards
+from recipe_audit.cards.files import validate
 from recipe_audit.cards.render import to_markdown
 from recipe_audit.cards.shift import compute_shift_cards, scored_audit_sets
 from recipe_audit.cli import main
 from recipe_audit.store import tracking
-from recipe_audit.store.cards import validate
 from recipe_audit.train import shift as S
 from recipe_audit.train.loop import AuditScore, prepare_task
 from recipe_audit.train.tasks import TaskError, build_task

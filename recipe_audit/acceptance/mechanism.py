@@ -353,12 +353,12 @@ def _locate(path: Path, marker: str) -> Path | None:
 def _materialise(ref: str, stack: contextlib.ExitStack, tracking_uri: str | None, what: str) -> Path:
     """A local directory for ``ref`` (downloading MLflow artifact URIs into a temporary folder)."""
     if is_mlflow_uri(ref):
-        from recipe_audit.acceptance.records import RecordsError, _download
+        from recipe_audit.store import artifacts
 
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="recipe-audit-model-"))
         try:
-            return _download(ref, tracking_uri, tmp)
-        except RecordsError as exc:
+            return artifacts.download(ref, tmp, tracking_uri)
+        except artifacts.ArtifactError as exc:
             raise MechanismError(f"The {what} {ref} cannot be fetched: {exc}") from None
     p = Path(ref)
     if not p.exists():

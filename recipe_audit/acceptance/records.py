@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +34,7 @@ import pandas as pd
 
 from recipe_audit.stats.acceptance import PairedRecords
 from recipe_audit.stats.errors import StatsInputError
+from recipe_audit.store import artifacts
 
 __all__ = [
     "COLUMNS",
@@ -60,7 +60,6 @@ EVAL, DEPLOY = "eval", "deploy"
 SPLITS = (HELDOUT, FRESH)
 FRAMINGS = (EVAL, DEPLOY)
 SOURCE = "_source"
-MLFLOW_SCHEMES = ("runs:/", "models:/", "mlflow-artifacts:/", "dbfs:/")
 _TRUE = {"1", "1.0", "true", "t", "yes", "y"}
 _FALSE = {"0", "0.0", "false", "f", "no", "n"}
 
@@ -69,8 +68,7 @@ class RecordsError(ValueError):
     """Evaluation records cannot be used (one sentence)."""
 
 
-def is_mlflow_uri(text: str) -> bool:
-    return any(str(text).startswith(s) for s in MLFLOW_SCHEMES)
+is_mlflow_uri = artifacts.is_artifact_uri  # runs:/, models:/, mlflow-artifacts:/, dbfs:/
 
 
 def _short(values, n: int = 6) -> str:
@@ -119,31 +117,16 @@ def read_records_file(path: str | Path) -> pd.DataFrame:
     return df
 
 
-def _download(uri: str, tracking_uri: str | None, dst: str) -> Path:
-    import mlflow
-
-    old = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
-    try:
-        local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=dst, tracking_uri=tracking_uri)
-    except Exception as exc:  # MlflowException, OSError, …: one sentence for the user
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise RecordsError(f"Cannot download the MLflow artifact {uri}: {first}") from None
-    finally:
-        if old is None:
-            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
-        else:
-            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = old
-    return Path(local)
-
-
 def _read_source(src: str | Path, tracking_uri: str | None) -> pd.DataFrame:
     if isinstance(src, pd.DataFrame):
         return src.copy()
     s = str(src)
     if is_mlflow_uri(s):
         with tempfile.TemporaryDirectory(prefix="recipe-audit-records-") as tmp:
-            local = _download(s, tracking_uri, tmp)
+            try:
+                local = artifacts.download(s, tmp, tracking_uri)
+            except artifacts.ArtifactError as exc:
+                raise RecordsError(str(exc)) from None
             if local.is_dir():
                 raise RecordsError(f"The MLflow artifact {s} is a directory; name the table file inside it.")
             return read_records_file(local)
@@ -173,24 +156,10 @@ def read_records(sources: Sequence, *, tracking_uri: str | None = None) -> pd.Da
 def read_experiment_tables(experiment: str, artifact_file: str, *, tracking_uri: str | None = None) -> pd.DataFrame:
     """Concatenate the table ``artifact_file`` (as logged by ``mlflow.log_table``) of every run of
     ``experiment`` that has it; runs without it are skipped. Validated like :func:`read_records`."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        raise RecordsError(f"There is no MLflow experiment named '{experiment}'.")
-    runs = client.search_runs([exp.experiment_id], max_results=50000)
-    parent = str(Path(artifact_file).parent).replace("\\", "/")
-    parent = "" if parent == "." else parent
-    leaf = Path(artifact_file).name
-    uris = []
-    for run in runs:
-        try:
-            listing = client.list_artifacts(run.info.run_id, parent or None)
-        except Exception:  # an unreachable artifact store for one run: treat as not logged
-            continue
-        if any(Path(f.path).name == leaf and not f.is_dir for f in listing):
-            uris.append(f"runs:/{run.info.run_id}/{artifact_file}")
+    try:
+        uris = artifacts.runs_with_artifact(experiment, artifact_file, tracking_uri)
+    except artifacts.ArtifactError as exc:
+        raise RecordsError(str(exc)) from None
     if not uris:
         raise RecordsError(f"No run of experiment '{experiment}' logged the table '{artifact_file}'.")
     return read_records(uris, tracking_uri=tracking_uri)

@@ -16,6 +16,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from recipe_audit.app import threads
 from recipe_audit.app.schema import register_configs
 from recipe_audit.config import unknown_keys
 
@@ -80,13 +81,12 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
 
-    if run_cfg.threads:
-        import torch
-
-        torch.set_num_threads(run_cfg.threads)
-
     # Configuration problems are the same for every seed: stop before logging anything.
     try:
+        try:
+            threads.apply(run_cfg.threads)  # auto: the sweep's decision (recipe_audit/app/threads.py)
+        except threads.ThreadsError as exc:
+            raise ConfigurationError(str(exc)) from None
         stray = unknown_keys(run_cfg)
         if stray:
             raise ConfigurationError(f"{', '.join(stray)}: no such option (a misspelt key added with '+'?); "
@@ -160,10 +160,10 @@ def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
 
     exp = OmegaConf.to_container(cfg.experiment, resolve=True)
     defense = OmegaConf.to_container(cfg.defense, resolve=True)
-    if int(cfg.threads or 0):
-        import torch
-
-        torch.set_num_threads(int(cfg.threads))
+    try:
+        threads.apply(cfg.threads)
+    except threads.ThreadsError as exc:
+        _fail(str(exc), exc)
     logger = _attach_rerun((), cfg)
     try:
         return run_cell_job(exp, defense, int(cfg.seed), logger, progress=bool(cfg.progress))

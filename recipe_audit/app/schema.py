@@ -41,6 +41,11 @@ class RecipeAuditCallbackConfig:
     # continue the interrupted sweep: seeds with a finished rerun of every recipe are not run again
     resume: bool = False
     card_on_multirun_end: bool = True
+    # torch threads per rerun the sweep decides for its jobs: "auto" decides once, when the multirun
+    # starts, from the free CPUs and the launcher's reruns at once, and hands the number to every job
+    # as $RECIPE_AUDIT_THREADS (the built-in app passes its `threads` option); a number is recorded
+    # as it is; None (the default in other apps) decides nothing
+    threads: Any = None
 
 
 def register() -> None:

@@ -53,12 +53,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipe_audit import keys
 from recipe_audit.app.launchers import plain_int_seed
+from recipe_audit.store.curtailment import RECORD_FILE  # also written beside the sweep
 
 log = logging.getLogger("recipe_audit")
 
-RECORD_FILE = "recipe_audit_curtailment.json"
 RECORD_VERSION = 1
-_MAX_TAG = 7900  # MLflow refuses tag values above 8,000 characters
 
 
 def _seed_key(override: str) -> str:
@@ -422,26 +421,18 @@ class CurtailingSweeperBase(RecipeSweeperBase):
             return
         text = json.dumps(self.record, separators=(",", ":"))
         (sweep_dir / RECORD_FILE).write_text(json.dumps(self.record, indent=2))
-        from recipe_audit.store import tracking
+        from recipe_audit.store import curtailment, tracking
 
         info = tracking.current_sweep(sweep_dir)
         if info is None:
             return
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=info.tracking_uri)
-        value = text
-        if len(text) > _MAX_TAG:
-            client.log_text(info.parent_run_id, text, RECORD_FILE)
-            value = keys.CURTAILMENT_ARTIFACT_PREFIX + RECORD_FILE
         if self.stop_on == "anytime":
             summary = (f"open-ended sweep: {self.record['n_launched']} reruns launched (at most "
                        f"{self.record['max_reruns']} a recipe, looks every {self.batch_size})")
         else:
             summary = (f"{self.record['n_launched']} of {self.record['n_planned']} planned reruns launched "
                        f"({'stopped early' if self.record['stopped_early'] else 'ran to N'})")
-        for k, v in ((keys.TAG_CURTAILMENT, value), (keys.TAG_CURTAIL_SUMMARY, summary)):
-            client.set_tag(info.parent_run_id, k, v)
+        curtailment.publish(info.tracking_uri, info.parent_run_id, text, summary)
 
 
 def register_plugin() -> None:

@@ -70,7 +70,7 @@ class CardOptions:
 
 @dataclass(frozen=True)
 class Cell:
-    """The reruns of one cell, ready for cards (built from a ``query.RerunSet``)."""
+    """The reruns of one cell, ready for cards (built from a ``reruns.RerunSet``)."""
 
     group: dict[str, Any]
     recipe_id: str | None
@@ -82,7 +82,7 @@ class Cell:
     run_ids: tuple[str | None, ...]
     statuses: tuple[str, ...]
     unfinished: tuple[tuple[Any, str, str | None], ...] = ()
-    duplicates: tuple = ()  # query.Duplicate per re-run seed
+    duplicates: tuple = ()  # reruns.Duplicate per re-run seed
     disagreeing_duplicates: tuple[Any, ...] = ()
     sweep_run_ids: tuple[str, ...] = ()
     planned_seeds: tuple[Any, ...] = ()
@@ -117,7 +117,7 @@ def audit_name(metric: str) -> str:
 
 
 def cell_from_rerun_set(rs, recipe_summary: str = "", audit_set: str | None = None) -> Cell:
-    """Adapt a ``query.RerunSet``. When *no* rerun of the cell ever logged the metric, the
+    """Adapt a ``reruns.RerunSet``. When *no* rerun of the cell ever logged the metric, the
     recipe was not measured on that audit set and the cell refuses."""
     reasons = [u[1] for u in rs.unfinished]
     refusal = None
@@ -153,7 +153,7 @@ def _seed_json(s: Any) -> Any:
 
 
 def _duplicate_json(d, tau: float) -> dict[str, Any]:
-    """A re-run seed (``query.Duplicate``) on the card at ``tau``: its runs, which of them are
+    """A re-run seed (``reruns.Duplicate``) on the card at ``tau``: its runs, which of them are
     results, the run the seed counts and its value, what that makes the seed at ``tau``, and
     whether its results disagree about the bar (then the seed counts as failing)."""
     return {"seed": _seed_json(d.seed), "run_ids": list(d.run_ids), "values": [_num(v) for v in d.values],

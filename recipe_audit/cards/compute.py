@@ -52,7 +52,7 @@ def _metric_name(metric: str) -> str:
 def read_card_runs(req: CardRequest):
     """The runs of ``req`` as :func:`compute_cards` reads them (one ``read_runs``: the metric, the
     seed, group and extra keys, the params that describe the recipe); raises ``QueryError``."""
-    from recipe_audit.store.query import read_runs
+    from recipe_audit.store.read import read_runs
 
     extra = [f"params.{p}" for p in SUMMARY_PARAMS] + ["tags." + keys.TAG_SWEEP_ID, _SCORED_ON]
     # an audit set no rerun was scored on is a question for refused-shift cells, not an error
@@ -65,7 +65,8 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
                   frame=None) -> dict[str, Any]:
     """The card document for every cell of ``req`` at every τ of ``opts``. ``frame``: the runs,
     when the caller has read them already with :func:`read_card_runs` ``(req)`` (else read here)."""
-    from recipe_audit.store.query import QueryError, collect_reruns, read_runs
+    from recipe_audit.reruns import QueryError, collect_reruns
+    from recipe_audit.store.read import read_runs
 
     metric = _metric_name(req.metric)
     try:
@@ -109,9 +110,11 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
         "planned_seeds": None if req.planned_seeds is None else list(req.planned_seeds),
         "family_recipe_ids": family_ids,
     }
-    from recipe_audit.cards.curtail import apply_curtailment
+    from recipe_audit.cards.curtail import apply_curtailment, sweep_parents
+    from recipe_audit.store.curtailment import read_records
 
-    cells = apply_curtailment(cells, req.tracking_uri)  # unlaunched seeds are not failures
+    # unlaunched seeds are not failures
+    cells = apply_curtailment(cells, read_records(req.tracking_uri, sweep_parents(cells)))
     doc = build_document(cells, opts, source)
     if split_audit or responsiveness:
         _add_split_audit(doc, cells, opts, split_audit, responsiveness, n_splits, rng_seed)

@@ -21,14 +21,13 @@ A cell whose reruns come from more than one sweep is carded as usual.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from recipe_audit import keys, stats
+from recipe_audit import stats
 
 if TYPE_CHECKING:
     from recipe_audit.cards.build import Cell
@@ -44,37 +43,6 @@ def _norm(seed: Any) -> Any:
     return int(f) if f.is_integer() else seed
 
 
-def read_records(tracking_uri: str | None, parent_run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The curtailment record of each sweep parent run that has one (tag, or artifact when long)."""
-    if not parent_run_ids:
-        return {}
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    out: dict[str, dict[str, Any]] = {}
-    for pid in sorted(set(parent_run_ids)):
-        try:
-            tag = client.get_run(pid).data.tags.get(keys.TAG_CURTAILMENT)
-            if not tag:
-                continue
-            if tag.startswith(keys.CURTAILMENT_ARTIFACT_PREFIX):
-                import tempfile
-                from pathlib import Path
-
-                import mlflow.artifacts
-
-                with tempfile.TemporaryDirectory() as tmp:
-                    path = mlflow.artifacts.download_artifacts(
-                        run_id=pid, artifact_path=tag[len(keys.CURTAILMENT_ARTIFACT_PREFIX):], dst_path=tmp,
-                        tracking_uri=tracking_uri)
-                    tag = Path(path).read_text(encoding="utf-8")
-            out[pid] = json.loads(tag)
-        except (MlflowException, OSError, ValueError):
-            continue  # a run we cannot read, or a record we do not understand: card as usual
-    return out
-
-
 def _group_of(record: dict[str, Any], cell: Cell) -> dict[str, Any] | None:
     groups = record.get("groups") or []
     hits = [g for g in groups if g.get("recipe_id") is not None and g.get("recipe_id") == cell.recipe_id]
@@ -84,7 +52,7 @@ def _group_of(record: dict[str, Any], cell: Cell) -> dict[str, Any] | None:
 
 
 def _curtailed_cell(cell: Cell, record: dict[str, Any], group: dict[str, Any], parent: str) -> Cell:
-    from recipe_audit.store.query import NEVER_LOGGED, RerunSet
+    from recipe_audit.reruns import NEVER_LOGGED, RerunSet
 
     launched = {_norm(s) for s in group.get("launched_seeds", [])}
     keep = [i for i, (s, rid, st) in enumerate(zip(cell.seeds, cell.run_ids, cell.statuses, strict=True))
@@ -127,10 +95,16 @@ def _anytime_cell(cell: Cell, record: dict[str, Any], group: dict[str, Any], par
     return replace(trimmed, extra=extra)
 
 
-def apply_curtailment(cells: Sequence[Cell], tracking_uri: str | None) -> list[Cell]:
-    """Cells of curtailed sweeps become curtailed cells (module docstring); others are unchanged."""
-    parents = [c.sweep_run_ids[0] for c in cells if len(c.sweep_run_ids) == 1]
-    records = read_records(tracking_uri, parents)
+def sweep_parents(cells: Sequence[Cell]) -> list[str]:
+    """The sweep parent runs whose curtailment records :func:`apply_curtailment` needs: those of
+    the cells whose reruns all come from one sweep."""
+    return sorted({c.sweep_run_ids[0] for c in cells if len(c.sweep_run_ids) == 1})
+
+
+def apply_curtailment(cells: Sequence[Cell], records: dict[str, dict[str, Any]]) -> list[Cell]:
+    """Cells of curtailed sweeps become curtailed cells (module docstring); others are unchanged.
+    ``records``: the curtailment record of each sweep parent run that has one
+    (:func:`recipe_audit.store.curtailment.read_records` of :func:`sweep_parents`)."""
     out = []
     for c in cells:
         rec = records.get(c.sweep_run_ids[0]) if len(c.sweep_run_ids) == 1 else None

@@ -35,7 +35,7 @@ def shift_kind(audit_set: str, calibration: str = keys.DEFAULT_AUDIT) -> str:
 def scored_audit_sets(req: CardRequest) -> list[str]:
     """The audit sets the request's reruns were scored on (their ``recipe_audit.audit_sets``
     tags), the calibration audit first, then in the order the reruns list them."""
-    from recipe_audit.store.query import QueryError, read_runs
+    from recipe_audit.store.read import QueryError, read_runs
 
     scored_on = "tags." + keys.TAG_AUDIT_SETS
     sweep = "tags." + keys.TAG_SWEEP_ID

@@ -8,8 +8,10 @@ from typing import Any
 
 from recipe_audit.cards.build import CardOptions
 from recipe_audit.cards.compute import CardRequest, compute_cards
+from recipe_audit.cards.files import render_files
 from recipe_audit.cards.render import GRID_HEADER, cell_groups, rules_table, text_table, verdict_table
-from recipe_audit.store.cards import log_card_runs, render_files, ui_experiment_link
+from recipe_audit.store import artifacts
+from recipe_audit.store.cards import log_card_runs, ui_experiment_link
 
 
 def story(doc: dict[str, Any]) -> list[str]:
@@ -82,20 +84,10 @@ def cards_for_sweep(sweep, metric: str, opts: CardOptions, sweep_dir: Path | Non
     run_ids = log_card_runs(doc, sweep.tracking_uri, sweep.experiment_name)
     print_summary(doc, files)
     print(f"Card runs in MLflow: {', '.join(run_ids)}")
-    exp_id = _experiment_id(sweep)
+    exp_id = artifacts.experiment_id(sweep.tracking_uri, sweep.experiment_name)
     if exp_id is not None:  # the runs table, in the model-training view
         print(f"In the MLflow UI: {ui_experiment_link(sweep.tracking_uri, exp_id)}")
     return doc
-
-
-def _experiment_id(sweep) -> str | None:
-    from mlflow.tracking import MlflowClient
-
-    try:
-        exp = MlflowClient(tracking_uri=sweep.tracking_uri).get_experiment_by_name(sweep.experiment_name)
-    except Exception:  # noqa: BLE001 - only a link: a store that will not say leaves it out
-        return None
-    return exp.experiment_id if exp is not None else None
 
 
 def summary_markdown(docs: list[dict[str, Any]]) -> str:

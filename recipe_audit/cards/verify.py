@@ -24,10 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
 from recipe_audit.cards.build import (
@@ -98,10 +96,6 @@ class Verification:
 # ------------------------------------------------------------------------------------------
 
 
-def _is_uri(text: str) -> bool:
-    return "://" in text or text.startswith(("runs:/", "models:/", "mlflow-artifacts:/"))
-
-
 @dataclass(frozen=True)
 class CardFiles:
     """A card as read from where it is kept: the validated document and what lies beside it.
@@ -114,103 +108,6 @@ class CardFiles:
     doc: dict[str, Any]
     files: dict[str, str | None] = field(default_factory=dict)  # None: present, not listed, not read
     own_place: bool = False
-
-
-def load_card(path_or_uri: str, tracking_uri: str | None = None) -> dict[str, Any]:
-    """Read and validate a recipe card from a local file (or a directory holding ``card.json``)
-    or an artifact URI (``runs:/<run id>/card.json``, ``mlflow-artifacts:/...``, ``file://...``).
-    Raises ``CardError`` (one sentence) when there is no such file or it is not a recipe card."""
-    return read_card(path_or_uri, tracking_uri).doc
-
-
-def _manifest(raw: bytes) -> list[str]:
-    """The file names a card's ``artifacts`` manifest lists (none when it is not such a card)."""
-    try:
-        listed = json.loads(raw.decode("utf-8")).get("artifacts") or {}
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-        return []
-    return [n for n in listed if isinstance(n, str) and n and "/" not in n and "\\" not in n and n not in (".", "..")]
-
-
-def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
-    """:func:`load_card`, with the sha256 of each file the card's manifest lists, read from beside
-    the card (its Markdown and plots); for a card at the top of a run's artifacts (a card run),
-    also the names of files there that the manifest does not list."""
-    from recipe_audit.store.cards import file_sha256, validate
-
-    text = str(path_or_uri)
-    path = Path(text)
-    own_place = False
-    files: dict[str, str | None] = {}
-    if not _is_uri(text) or text.startswith("file://"):
-        if text.startswith("file://"):
-            from urllib.parse import unquote, urlparse
-
-            path = Path(unquote(urlparse(text).path))
-        if path.is_dir() and (path / "card.json").is_file():
-            path = path / "card.json"
-        if not path.is_file():
-            raise CardError(f"There is no card file at {text}.")
-        raw = path.read_bytes()
-        for name in _manifest(raw):
-            if (path.parent / name).is_file():
-                files[name] = file_sha256(path.parent / name)
-    else:
-        import os
-
-        import mlflow
-
-        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bar on stderr
-        try:
-            with tempfile.TemporaryDirectory() as tmp:
-                got = Path(mlflow.artifacts.download_artifacts(artifact_uri=text, dst_path=tmp,
-                                                               tracking_uri=tracking_uri))
-                base = text.rstrip("/") if got.is_dir() else text.rstrip("/").rpartition("/")[0]
-                card_path = got / "card.json" if got.is_dir() else got
-                raw = card_path.read_bytes()
-        except Exception as exc:  # MlflowException, OSError: one sentence
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            raise CardError(f"Cannot read a card at {text}: {first}") from None
-        files = _remote_files(base, card_path.name, _manifest(raw), tracking_uri)
-        own_place = text.startswith("runs:/") and base.count("/") == 1  # runs:/<run id>: a card run's top
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CardError(f"{text} is not a recipe card (not a JSON document).") from None
-    if not isinstance(doc, dict) or doc.get("kind") != "recipe_card":
-        raise CardError(f"{text} is not a recipe card (its 'kind' is not 'recipe_card').")
-    validate(doc)
-    return CardFiles(doc, files, own_place)
-
-
-def _remote_files(base: str, card_name: str, names: Sequence[str], tracking_uri: str | None) -> dict[str, str | None]:
-    """sha256 of each of ``names`` under the artifact URI ``base`` (absent when it cannot be read),
-    and None for every other file there (best effort: a store that cannot list shows none)."""
-    import mlflow
-
-    from recipe_audit.store.cards import file_sha256
-
-    out: dict[str, str | None] = {}
-    try:
-        listed = {Path(f.path).name for f in mlflow.artifacts.list_artifacts(artifact_uri=base + "/",
-                                                                            tracking_uri=tracking_uri)
-                  if not f.is_dir}  # (runs:/<run id> lists only with the trailing slash)
-    except Exception:
-        listed = None
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
-            if listed is not None and name not in listed:
-                continue
-            try:
-                local = mlflow.artifacts.download_artifacts(artifact_uri=f"{base}/{name}", dst_path=tmp,
-                                                            tracking_uri=tracking_uri)
-            except Exception:
-                continue
-            out[name] = file_sha256(Path(local))
-    for name in sorted(listed or ()):
-        if name != card_name and name not in out and not name.startswith("."):
-            out[name] = None
-    return out
 
 
 # ------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from recipe_audit import keys
+from recipe_audit.store import artifacts
 
 #: Schemes MLflow keeps runs under (SQL schemes may name a driver: ``postgresql+psycopg2``).
 TRACKING_SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "http", "https",
@@ -214,20 +215,6 @@ def _listing(names: Sequence[str], limit: int = 8) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def _keys_of_runs(uri: str, run_ids: Sequence[str], kind: str) -> list[str]:
-    """The params (tags, metrics) some of the runs have, for a message."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    found: dict[str, None] = {}
-    for rid in list(run_ids)[:20]:
-        data = client.get_run(rid).data
-        found.update(dict.fromkeys(sorted(getattr(data, kind))))
-    if kind == "tags":
-        found = {k: None for k in found if not k.startswith("mlflow.")}
-    return list(found)
-
-
 def store(uri: str, experiment: str, metrics: Sequence[str], *, seed_key: str, group_by: Sequence[str],
           taus: Sequence[float], higher_is_better: bool, audits_named: bool, frame=None) -> list[str]:
     """One read of the reruns: refuse a metric or audit set no rerun has (a typo is not a
@@ -235,7 +222,7 @@ def store(uri: str, experiment: str, metrics: Sequence[str], *, seed_key: str, g
     values the finished reruns logged. ``frame``: the runs, when the caller has read them already
     (``read_runs`` of ``metrics`` with ``seed_key``, ``group_by``, the audit-sets tag among the
     extra keys and ``require_metrics=False``, as the card's own read does); else read here."""
-    from recipe_audit.store.query import read_runs
+    from recipe_audit.store.read import read_runs
 
     scored_on = "tags." + keys.TAG_AUDIT_SETS
     names = [m[len("metrics."):] if m.startswith("metrics.") else m for m in metrics]
@@ -259,7 +246,7 @@ def store(uri: str, experiment: str, metrics: Sequence[str], *, seed_key: str, g
         if any(v is not None and not (isinstance(v, float) and math.isnan(v)) for v in values):
             continue
         kind = g.split(".", 1)[0]
-        have = _keys_of_runs(uri, frame["run_id"].tolist(), kind) if kind in ("params", "tags", "metrics") else []
+        have = artifacts.keys_of_runs(uri, frame["run_id"].tolist(), kind) if kind in ("params", "tags", "metrics") else []
         there = (f"; the {kind} there are " + _listing([f"{kind}.{k}" for k in have])) if have else ""
         raise ValueError(f"No rerun in experiment '{experiment}' has the key '{g}' to group by{there}.")
     notes = []

@@ -90,7 +90,7 @@ def register(subparsers) -> dict:
 
 
 def cmd_attach(a: argparse.Namespace) -> int:
-    from recipe_audit.cards.verify import read_card
+    from recipe_audit.store.card_files import read_card
     from recipe_audit.store.registry import attach
 
     uri = _open(a.tracking_uri)
@@ -129,7 +129,8 @@ def cmd_gate(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from recipe_audit.cards.verify import read_card, verify_card
+    from recipe_audit.cards.verify import verify_card
+    from recipe_audit.store.card_files import read_card
     from recipe_audit.store.tracking import resolve_tracking_uri
 
     card = read_card(a.card, resolve_tracking_uri(a.tracking_uri))

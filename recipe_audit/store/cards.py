@@ -1,36 +1,27 @@
-"""Where cards go: validated JSON, Markdown and PNGs on disk (written whole or not at all), and
-card runs in MLflow next to the reruns they were computed from."""
+"""Card runs in MLflow, next to the reruns they were computed from: the card's files
+(:mod:`recipe_audit.cards.files`) as artifacts, its verdict as tags and metrics, its Markdown as
+the run's description, and pass/fail tags on the reruns."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
 import json
-import os
 import tempfile
 from dataclasses import dataclass
-from itertools import repeat
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 from recipe_audit import keys
-from recipe_audit.cards import schemas
 from recipe_audit.cards.build import CardError, seal
-from recipe_audit.cards.html import to_html
-from recipe_audit.cards.jsontext import dumps_indented
-from recipe_audit.cards.render import band_plot, cell_groups, histogram, responsiveness_plot, to_markdown
+from recipe_audit.cards.files import render_files
+from recipe_audit.cards.render import cell_groups
 
-SCHEMA_FILE = "recipe_card.v1.json"
 TAG_VERDICT = keys.PREFIX + "verdict"
 TAG_CARD_ID = keys.PREFIX + "card_id"
 TAG_CARD_KEY = keys.PREFIX + "card_key"  # on a card run: card_key(), what makes two card runs the same card
 TAG_CARD_DIGEST = keys.PREFIX + "card_digest"  # on a card run: the digest of its card.json
 TAG_ATTACHED_TO = keys.PREFIX + "attached_to"  # on a card run attached to a model version: <model>/<version>
-
-
-def schema() -> dict[str, Any]:
-    return schemas.load(SCHEMA_FILE)
 
 
 def ui_experiment_path(experiment_id: str) -> str:
@@ -51,177 +42,6 @@ def ui_experiment_link(tracking_uri: str, experiment_id: str) -> str:
     if tracking_uri.startswith(("http://", "https://")):
         return f"{mask_credentials(tracking_uri).rstrip('/')}/{path}"
     return f"mlflow ui --backend-store-uri {mask_credentials(tracking_uri)}, then http://127.0.0.1:5000/{path}"
-
-
-def validate(doc: dict[str, Any]) -> None:
-    """Raise ``CardError`` (one sentence) when ``doc`` is not a valid recipe card.
-
-    Every card is checked against the schema file with ``jsonschema``. The per-rerun arrays of
-    an entry (``reruns``, ``failed_seeds``, ``planned_seeds``, ``unfinished``: one item per rerun,
-    100,000 on a large card) are checked item by item in bulk instead (:func:`_per_rerun_ok`,
-    the exact types their item schemas allow), and ``jsonschema`` checks the rest of the document
-    with those arrays left empty; an array that is not plainly valid sends the whole document to
-    ``jsonschema``, so a card is accepted exactly when ``jsonschema`` accepts it and a refusal
-    names the same place and reason."""
-    skeleton = _skeleton(doc)
-    schemas.check(doc if skeleton is None else skeleton, SCHEMA_FILE, CardError, "recipe card")
-
-
-# The item schemas of an entry's per-rerun arrays, as the schema file states them; the bulk check
-# below holds for exactly these (a schema file that says otherwise is checked by jsonschema alone).
-_SEED = {"$ref": "#/$defs/seed"}
-_SEED_TYPES = {"type": ["integer", "number", "string"]}
-_PER_RERUN_ITEMS = {
-    "reruns": {"type": "object", "required": ["seed", "run_id", "value", "status"],
-               "properties": {"seed": _SEED, "run_id": {"type": ["string", "null"]},
-                              "value": {"type": ["number", "null"]}, "status": {"type": "string"}}},
-    "failed_seeds": _SEED,
-    "planned_seeds": _SEED,
-    "unfinished": {"type": "object", "required": ["seed", "reason"],
-                   "properties": {"seed": _SEED, "reason": {"enum": ["failed", "killed", "running", "stale-running",
-                                                                     "nan-metric", "missing-metric", "never-logged"]},
-                                  "run_id": {"type": ["string", "null"]}}},
-}
-# the Python types that are certainly valid for each JSON type named above (bool is not a number
-# to JSON Schema; anything else, e.g. a NumPy scalar, goes to jsonschema)
-_SEED_OK = frozenset({int, float, str})
-_STR_OR_NULL = frozenset({str, type(None)})
-_NUM_OR_NULL = frozenset({int, float, type(None)})
-
-
-def _bulk_check_applies() -> bool:
-    """Whether the schema file states the per-rerun arrays as :data:`_PER_RERUN_ITEMS` (arrays with
-    an ``items`` schema and nothing else: no length or uniqueness rule)."""
-    defs = schema().get("$defs", {})
-    props = defs.get("entry", {}).get("properties", {})
-    for name, items in _PER_RERUN_ITEMS.items():
-        spec = props.get(name, {})
-        if {k: v for k, v in spec.items() if k != "description"} != {"type": "array", "items": items}:
-            return False
-    return {k: v for k, v in defs.get("seed", {}).items() if k != "description"} == _SEED_TYPES
-
-
-def _types(values) -> set[type]:
-    return set(map(type, values))
-
-
-def _per_rerun_ok(name: str, items: list) -> bool:
-    """True when every item of the per-rerun array ``name`` is certainly valid against its item
-    schema (one pass per column, no Python code per item); False means "ask jsonschema"."""
-    if not items:
-        return True
-    if name in ("failed_seeds", "planned_seeds"):
-        return _types(items) <= _SEED_OK
-    if _types(items) != {dict}:
-        return False
-
-    def column(key: str) -> set[type]:
-        return _types(map(itemgetter(key), items))
-
-    try:
-        if name == "reruns":
-            return (column("seed") <= _SEED_OK and column("run_id") <= _STR_OR_NULL
-                    and column("value") <= _NUM_OR_NULL and column("status") == {str})
-        allowed = _PER_RERUN_ITEMS["unfinished"]["properties"]["reason"]["enum"]
-        return (column("seed") <= _SEED_OK and column("reason") == {str}
-                and set(map(itemgetter("reason"), items)) <= set(allowed)
-                and _types(map(dict.get, items, repeat("run_id"))) <= _STR_OR_NULL)
-    except KeyError:  # a required property is missing
-        return False
-
-
-def _skeleton(doc: Any) -> dict[str, Any] | None:
-    """``doc`` with each entry's per-rerun arrays emptied when all their items are valid (a shallow
-    copy; ``doc`` is not changed), or None when there is nothing to empty or an item is not
-    plainly valid (then jsonschema checks the whole document)."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("cells"), list) or not _bulk_check_applies():
-        return None
-    cells, emptied = [], False
-    for e in doc["cells"]:
-        if isinstance(e, dict):
-            bulky = [k for k in _PER_RERUN_ITEMS if isinstance(e.get(k), list) and e[k]]
-            for k in bulky:
-                if not _per_rerun_ok(k, e[k]):
-                    return None
-            if bulky:
-                e = {**e, **dict.fromkeys(bulky, [])}
-                emptied = True
-        cells.append(e)
-    return {**doc, "cells": cells} if emptied else None
-
-
-def _slug(text: str) -> str:
-    keep = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
-    return keep.strip("_")[:80] or "cell"
-
-
-def render_files(doc: dict[str, Any], out_dir: Path, stem: str = "card") -> dict[str, Path]:
-    """Write ``<stem>.json``, ``<stem>.md``, ``<stem>.html`` (the Markdown with its plots embedded)
-    and per cell a histogram PNG and a band PNG into ``out_dir``.
-
-    The JSON written is ``doc`` sealed with the manifest of the other files (name -> sha256), so
-    its digest covers every file of the card (``doc`` itself is not changed). Everything is
-    rendered into a temporary directory first and moved into place only when all of it
-    succeeded, so a failure never leaves a half-written card."""
-    validate(doc)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # the content digest the Markdown names; the manifest is added below. A copy of the document
-    # and its entries (sealing and rendering change neither the entries' contents nor anything
-    # below them: no deep copy of 100,000 reruns)
-    card = seal({**doc, "cells": [dict(e) for e in doc["cells"]]})
-    content = card["content_digest"]
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".card-") as tmp:
-        tmp_dir = Path(tmp)
-        images: dict[tuple, str] = {}
-        band_images: dict[tuple, str] = {}
-        files: dict[str, Path] = {}
-        for i, (key, entries) in enumerate(cell_groups(card).items()):
-            if entries[0]["n_failures"] is None:  # refused-shift: nothing measured to plot
-                continue
-            name = f"{stem}_hist_{i}_{_slug(entries[0]['label'])}.png"
-            fig = histogram(entries)
-            fig.savefig(tmp_dir / name)
-            images[key] = name
-            files[f"hist_{i}"] = out_dir / name
-            if all(e.get("band") for e in entries):  # the band beside the pointwise bound
-                name = f"{stem}_band_{i}_{_slug(entries[0]['label'])}.png"
-                band_plot(entries).savefig(tmp_dir / name)
-                band_images[key] = name
-                files[f"band_{i}"] = out_dir / name
-        if card.get("responsiveness"):
-            name = f"{stem}_responsiveness.png"
-            responsiveness_plot(card["responsiveness"]).savefig(tmp_dir / name)
-            files["responsiveness"] = out_dir / name
-        markdown = to_markdown(card, images, band_images)
-        (tmp_dir / f"{stem}.md").write_text(markdown, encoding="utf-8")
-        # the same card with its plots embedded: MLflow's artifact viewer shows it whole
-        (tmp_dir / f"{stem}.html").write_text(to_html(markdown, tmp_dir), encoding="utf-8")
-        # the content is what was sealed above (rendering only reads it): its digest is reused
-        seal(card, {p.name: file_sha256(p) for p in sorted(tmp_dir.iterdir())}, content_digest=content)
-        (tmp_dir / f"{stem}.json").write_text(dumps_indented(card), encoding="utf-8")
-        files["json"], files["markdown"] = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-        files["html"] = out_dir / f"{stem}.html"
-        for p in tmp_dir.iterdir():
-            os.replace(p, out_dir / p.name)
-    return files
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 (hex) of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def write_json(doc: dict[str, Any], path: Path) -> None:
-    """Validate and write the card JSON alone, atomically."""
-    validate(doc)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(dumps_indented(doc), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def log_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str) -> list[str]:
@@ -304,7 +124,8 @@ def _reusable(client, tracking_uri: str, experiment_id: str, key: str,
               attached_to: str | None) -> LoggedCard | None:
     """A finished card run of ``key`` (attached to ``attached_to``, or to nothing) whose card
     still matches its own digest and files, or None."""
-    from recipe_audit.cards.verify import read_card, self_check
+    from recipe_audit.cards.verify import self_check
+    from recipe_audit.store.card_files import read_card
 
     flt = (f"tags.`{TAG_CARD_KEY}` = '{key}' and attributes.status = 'FINISHED' and "
            f"tags.`{keys.TAG_KIND}` = '{keys.KIND_CARD}'")

@@ -617,7 +617,8 @@ def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alia
     was fixed before the sweep (the others were not candidates). A card whose family does not
     include its own recipe raises ``RegistryError``."""
     from recipe_audit.cards.build import CardError
-    from recipe_audit.cards.verify import cell_key, read_card, verify_card
+    from recipe_audit.cards.verify import cell_key, verify_card
+    from recipe_audit.store.card_files import read_card
 
     client = client_for(tracking_uri)
     mv = resolve_version(client, model_name, version=version, alias=alias)

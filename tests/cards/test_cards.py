@@ -11,7 +11,8 @@ from scipy import stats as sps
 
 from recipe_audit.cards.build import CardError, CardOptions
 from recipe_audit.cards.compute import CardRequest, compute_cards
-from recipe_audit.store.cards import log_card_runs, render_files, validate
+from recipe_audit.cards.files import render_files, validate
+from recipe_audit.store.cards import log_card_runs
 
 # 59 seeds: 52 in the working mode, 7 collapsed to the majority rate
 BIMODAL = {s: (0.85 + 0.001 * s if s % 8 else 0.5) for s in range(59)}

@@ -11,7 +11,7 @@ from helpers.store import synthetic_sweep
 from recipe_audit import keys, stats
 from recipe_audit.cards.build import CardOptions, Cell, build_document
 from recipe_audit.cards.compute import CardRequest, compute_cards
-from recipe_audit.store.cards import render_files, validate
+from recipe_audit.cards.files import render_files, validate
 
 
 def _card(uri, **kw):

@@ -10,10 +10,10 @@ from helpers.store import synthetic_sweep
 
 from recipe_audit.cards.build import CardError, CardOptions
 from recipe_audit.cards.compute import CardRequest, compute_cards
+from recipe_audit.cards.files import validate
 from recipe_audit.cards.render import to_markdown
 from recipe_audit.cards.sweep import print_summary, summary_markdown
 from recipe_audit.stats import anytime_bound, family_bounds, tail_bound
-from recipe_audit.store.cards import validate
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,9 @@ from recipe_audit.cards.build import (
     seal,
 )
 from recipe_audit.cards.compute import CardRequest, compute_cards
-from recipe_audit.cards.verify import read_card, self_check, verify_card
-from recipe_audit.store.cards import file_sha256, render_files, validate
+from recipe_audit.cards.files import file_sha256, render_files, validate
+from recipe_audit.cards.verify import self_check, verify_card
+from recipe_audit.store.card_files import read_card
 
 
 def _card(uri, taus=(0.7,), **kw):

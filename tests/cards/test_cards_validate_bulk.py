@@ -10,9 +10,9 @@ import jsonschema
 import numpy as np
 import pytest
 
+from recipe_audit.cards import files as store
 from recipe_audit.cards import schemas
 from recipe_audit.cards.build import CardError, CardOptions, Cell, build_document
-from recipe_audit.store import cards as store
 
 
 def _doc(n: int = 300) -> dict:

@@ -26,7 +26,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from recipe_audit import keys
-from recipe_audit.store.query import clear_engine_cache
+from recipe_audit.store.read_sql import clear_engine_cache
 
 __all__ = [  # the fixtures
     "byo_store_fixture",
@@ -42,6 +42,29 @@ METRIC = keys.accuracy_key("calibration")
 NOW_MS = int(time.time() * 1000)
 BASE_MS = NOW_MS - 3_600_000  # runs start an hour ago, one second apart
 OLD_MS = NOW_MS - 3 * 86_400_000  # the RUNNING run started three days ago
+
+# what the path-comparison tests (test_read_runs, test_sql_plans, test_read_rest) read: every kind of
+# key, present and absent, so two backends that agree on these agree on every column kind
+RICH_METRICS = [METRIC, keys.METRIC_TRAIN_LOSS, keys.majority_rate_key("calibration")]
+RICH_GROUP = ("tags." + keys.TAG_MODEL,)
+RICH_EXTRA = (
+    "params.recipe.lr",
+    "params.model.name",
+    "tags." + keys.TAG_SWEEP_ID,
+    "metrics." + keys.METRIC_TRAIN_SECONDS,
+    "attributes.user_id",
+    "attributes.experiment_id",
+    "attributes.artifact_uri",
+    "attributes.lifecycle_stage",
+    "params.absent",
+    "tags.absent",
+)
+BYO_READ = {  # build_byo's runs, read the way a bring-your-own user reads them
+    "metric_keys": ["val_acc"],
+    "seed_key": "params.seed",
+    "group_by": ["params.model_name"],
+    "extra_keys": ["tags.owner"],
+}
 
 
 @dataclass

@@ -13,15 +13,15 @@ import pytest
 from helpers.query_stores import METRIC, NOW_MS, OLD_MS
 
 from recipe_audit import keys
-from recipe_audit.store.query import (
+from recipe_audit.reruns import (
     NEVER_LOGGED,
     REASONS,
     QueryError,
     RerunSet,
     check_single_recipe,
     collect_reruns,
-    read_runs,
 )
+from recipe_audit.store.read import read_runs
 
 GROUP = ["tags." + keys.TAG_MODEL]
 
@@ -338,3 +338,13 @@ def test_empty_frame_gives_no_cells(rich_store):
     assert collect_reruns(frame.iloc[:0], METRIC) == []
     with pytest.raises(QueryError, match="There are no reruns"):
         check_single_recipe([])
+
+
+def test_resolving_reruns_imports_neither_mlflow_nor_sqlalchemy():
+    import subprocess
+    import sys
+
+    code = ("import sys, recipe_audit.reruns; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'mlflow', 'sqlalchemy'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -6,7 +6,8 @@ import pytest
 from helpers.query_stores import METRIC
 
 from recipe_audit import keys
-from recipe_audit.store.query import QueryError, collect_reruns, read_runs
+from recipe_audit.reruns import QueryError, collect_reruns
+from recipe_audit.store.read import read_runs
 
 BACKENDS = ("sql", "client")
 

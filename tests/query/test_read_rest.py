@@ -14,22 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers.query_stores import METRIC
+from helpers.query_stores import BYO_READ, METRIC, RICH_EXTRA, RICH_GROUP
 
-import recipe_audit.store.query as query
 from recipe_audit import keys
-
-GROUP = ("tags." + keys.TAG_MODEL,)
-EXTRA = (
-    "params.recipe.lr",
-    "tags." + keys.TAG_SWEEP_ID,
-    "metrics." + keys.METRIC_TRAIN_SECONDS,
-    "attributes.user_id",
-    "attributes.experiment_id",
-    "attributes.artifact_uri",
-    "attributes.lifecycle_stage",
-    "params.absent",
-)
+from recipe_audit.reruns import collect_reruns
+from recipe_audit.store import read_client
+from recipe_audit.store.read import QueryError, read_runs
 
 
 def _serve(uri: str, artifacts: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
@@ -64,36 +54,35 @@ def _same(rest: pd.DataFrame, client: pd.DataFrame, metric: str) -> None:
     assert len(rest) > 0
     pd.testing.assert_frame_equal(rest, client, check_exact=True)
     assert list(rest.columns) == list(client.columns)
-    rest_cells, client_cells = query.collect_reruns(rest, metric), query.collect_reruns(client, metric)
+    rest_cells, client_cells = collect_reruns(rest, metric), collect_reruns(client, metric)
     assert [c.digest() for c in rest_cells] == [c.digest() for c in client_cells]
 
 
 @pytest.mark.parametrize(("slices", "page"), [(16, 500), (3, 2), (1, 1)])
 def test_rest_path_returns_the_client_paths_frame(rich_server, monkeypatch, slices, page):
     """Several slices and pages (3 slices of 2-run pages), or one slice of 1-run pages: same rows."""
-    monkeypatch.setattr(query, "_REST_SLICES", slices)
-    monkeypatch.setattr(query, "_REST_PAGE", page)
-    kw = {"metric_keys": [METRIC, keys.METRIC_TRAIN_LOSS], "group_by": GROUP, "extra_keys": EXTRA}
-    rest = query.read_runs(rich_server, "exp", **kw)  # http: the REST path by default
-    client = query.read_runs(rich_server, "exp", backend="client", **kw)
+    monkeypatch.setattr(read_client, "REST_SLICES", slices)
+    monkeypatch.setattr(read_client, "REST_PAGE", page)
+    kw = {"metric_keys": [METRIC, keys.METRIC_TRAIN_LOSS], "group_by": RICH_GROUP, "extra_keys": RICH_EXTRA}
+    rest = read_runs(rich_server, "exp", **kw)  # http: the REST path by default
+    client = read_runs(rich_server, "exp", backend="client", **kw)
     _same(rest, client, METRIC)
     assert rest["run_id"].is_unique
 
 
 def test_rest_path_on_bring_your_own_runs_and_every_kind(byo_server):
-    kw = {"metric_keys": ["val_acc"], "seed_key": "params.seed", "group_by": ["params.model_name"],
-          "extra_keys": ["tags.owner"]}
-    _same(query.read_runs(byo_server, "byo", **kw), query.read_runs(byo_server, "byo", backend="client", **kw),
+    kw = BYO_READ
+    _same(read_runs(byo_server, "byo", **kw), read_runs(byo_server, "byo", backend="client", **kw),
           "val_acc")
     kw = {"metric_keys": ["val_acc"], "filter_kind": None, "require_seed": False}
-    rest = query.read_runs(byo_server, "byo", **kw)
-    client = query.read_runs(byo_server, "byo", backend="client", **kw)
+    rest = read_runs(byo_server, "byo", **kw)
+    client = read_runs(byo_server, "byo", backend="client", **kw)
     pd.testing.assert_frame_equal(rest, client, check_exact=True)
 
 
 def test_rest_path_errors_read_like_the_client_paths(rich_server):
     for backend in ("rest", "client"):
-        with pytest.raises(query.QueryError, match="No experiment named 'nope'"):
-            query.read_runs(rich_server, "nope", [METRIC], backend=backend)
-    with pytest.raises(query.QueryError, match="REST path needs an http"):
-        query.read_runs("sqlite:///x.db", "exp", [METRIC], backend="rest")
+        with pytest.raises(QueryError, match="No experiment named 'nope'"):
+            read_runs(rich_server, "nope", [METRIC], backend=backend)
+    with pytest.raises(QueryError, match="REST path needs an http"):
+        read_runs("sqlite:///x.db", "exp", [METRIC], backend="rest")

@@ -8,23 +8,15 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
-from helpers.query_stores import METRIC, build_byo
+from helpers.query_stores import BYO_READ, METRIC, build_byo
+from helpers.query_stores import RICH_EXTRA as EXTRA
+from helpers.query_stores import RICH_GROUP as GROUP
+from helpers.query_stores import RICH_METRICS as METRICS
 from mlflow.tracking import MlflowClient
 
 from recipe_audit import keys
-from recipe_audit.store.query import is_sql_uri, read_runs
-
-GROUP = ("tags." + keys.TAG_MODEL,)
-EXTRA = (
-    "params.recipe.lr",
-    "params.model.name",
-    "tags." + keys.TAG_SWEEP_ID,
-    "metrics." + keys.METRIC_TRAIN_SECONDS,
-    "attributes.user_id",
-    "attributes.experiment_id",
-    "params.absent",
-)
-METRICS = [METRIC, keys.METRIC_TRAIN_LOSS, keys.majority_rate_key("calibration")]
+from recipe_audit.store import read_client
+from recipe_audit.store.read import is_sql_uri, read_runs
 
 
 def _both(uri: str, experiment: str, **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -60,13 +52,7 @@ def test_paths_agree_on_every_kind_filter(rich_store):
 
 def test_paths_agree_on_bring_your_own_runs(byo_store):
     uri, _ = byo_store
-    kw = {
-        "metric_keys": ["val_acc"],
-        "seed_key": "params.seed",
-        "group_by": ["params.model_name"],
-        "extra_keys": ["tags.owner"],
-    }
-    sql, client = _both(uri, "byo", **kw)
+    sql, client = _both(uri, "byo", **BYO_READ)
     assert len(sql) > 0 and sql["tags.owner"].notna().any()  # not two empty frames agreeing
     _same(sql, client)
 
@@ -249,20 +235,16 @@ def test_many_keys_are_split_over_several_selects(empty_store):
 
 
 def test_search_runs_path_pages_through_the_runs(rich_store, monkeypatch):
-    from recipe_audit.store import query
-
     uri, _ = rich_store
     expected = read_runs(uri, "exp", [METRIC], backend="sql")
-    monkeypatch.setattr(query, "_PAGE_SIZE", 2)
+    monkeypatch.setattr(read_client, "PAGE_SIZE", 2)
     assert len(expected) > 2  # more runs than one page
     _same(expected, read_runs(uri, "exp", [METRIC], backend="client"))
 
 
 def test_search_runs_path_falls_back_to_small_pages_when_refused(rich_store, monkeypatch):
-    from recipe_audit.store import query
-
     uri, _ = rich_store
     expected = read_runs(uri, "exp", [METRIC], backend="sql")
-    monkeypatch.setattr(query, "_PAGE_SIZE", 10**6)  # above what MLflow accepts
-    monkeypatch.setattr(query, "_SMALL_PAGE_SIZE", 3)
+    monkeypatch.setattr(read_client, "PAGE_SIZE", 10**6)  # above what MLflow accepts
+    monkeypatch.setattr(read_client, "SMALL_PAGE_SIZE", 3)
     _same(expected, read_runs(uri, "exp", [METRIC], backend="client"))

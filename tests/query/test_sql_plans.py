@@ -7,34 +7,22 @@ import sqlite3
 
 import pandas as pd
 import pytest
-from helpers.query_stores import METRIC, build_byo
+from helpers.query_stores import BYO_READ, METRIC, RICH_EXTRA, RICH_GROUP, RICH_METRICS, build_byo
 from mlflow.tracking import MlflowClient
 
-import recipe_audit.store.query as query
 from recipe_audit import keys
-
-GROUP = ("tags." + keys.TAG_MODEL,)
-EXTRA = (
-    "params.recipe.lr",
-    "params.model.name",
-    "tags." + keys.TAG_SWEEP_ID,
-    "metrics." + keys.METRIC_TRAIN_SECONDS,
-    "attributes.user_id",
-    "attributes.experiment_id",
-    "attributes.lifecycle_stage",
-    "params.absent",
-    "tags.absent",
-)
-METRICS = [METRIC, keys.METRIC_TRAIN_LOSS, "absent_metric"]
+from recipe_audit.reruns import collect_reruns
+from recipe_audit.store import read_sql
+from recipe_audit.store.read import read_runs
 
 
 def _read(monkeypatch: pytest.MonkeyPatch, share: float, *args, **kw) -> tuple[pd.DataFrame, int]:
     """read_runs with the scan threshold set to ``share``; (frame, how many times the joins ran)."""
     calls = []
-    wide = query._sql_wide
-    monkeypatch.setattr(query, "_SCAN_SHARE", share)
-    monkeypatch.setattr(query, "_sql_wide", lambda *a, **k: calls.append(1) or wide(*a, **k))
-    return query.read_runs(*args, **kw), len(calls)
+    joins = read_sql.sql_joins
+    monkeypatch.setattr(read_sql, "SCAN_SHARE", share)
+    monkeypatch.setattr(read_sql, "sql_joins", lambda *a, **k: calls.append(1) or joins(*a, **k))
+    return read_runs(*args, **kw), len(calls)
 
 
 @pytest.mark.parametrize("store", ["rich", "byo"])
@@ -42,18 +30,18 @@ def test_scan_and_joins_return_the_same_frame(store, request, monkeypatch):
     uri = request.getfixturevalue(f"{store}_store")[0]  # one store per test: both use tmp_path
     if store == "rich":
         experiment = "exp"
-        kw = {"metric_keys": METRICS, "group_by": GROUP, "extra_keys": EXTRA, "require_metrics": False}
+        kw = {"metric_keys": [*RICH_METRICS, "absent_metric"], "group_by": RICH_GROUP, "extra_keys": RICH_EXTRA,
+              "require_metrics": False}
     else:
         experiment = "byo"
-        kw = {"metric_keys": ["val_acc"], "seed_key": "params.seed", "group_by": ["params.model_name"],
-              "extra_keys": ["tags.owner", "tags.mlflow.runName"]}
+        kw = {**BYO_READ, "extra_keys": [*BYO_READ["extra_keys"], "tags.mlflow.runName"]}
     scanned, joins_a = _read(monkeypatch, 0.0, uri, experiment, **kw)
     joined, joins_b = _read(monkeypatch, 2.0, uri, experiment, **kw)
     assert (joins_a, joins_b) == (0, 1)
     assert len(scanned) > 0
     pd.testing.assert_frame_equal(scanned, joined, check_exact=True)
-    cells_a = query.collect_reruns(scanned, kw["metric_keys"][0])
-    cells_b = query.collect_reruns(joined, kw["metric_keys"][0])
+    cells_a = collect_reruns(scanned, kw["metric_keys"][0])
+    cells_b = collect_reruns(joined, kw["metric_keys"][0])
     assert [c.digest() for c in cells_a] == [c.digest() for c in cells_b]
 
 
@@ -78,7 +66,7 @@ def test_values_a_json_array_would_change_read_back_exactly(empty_store, monkeyp
 def test_the_plan_follows_the_experiments_share_of_the_runs(rich_store, monkeypatch):
     uri = rich_store[0]
     build_byo(uri, "other")  # 8 more runs in another experiment
-    n_exp = len(query.read_runs(uri, "exp", [METRIC], filter_kind=None, require_seed=False))
+    n_exp = len(read_runs(uri, "exp", [METRIC], filter_kind=None, require_seed=False))
     with sqlite3.connect(uri.removeprefix("sqlite:///")) as con:
         n_all = con.execute("SELECT count(*) FROM runs").fetchone()[0]  # deleted runs too
     assert n_all >= n_exp + 8
@@ -86,5 +74,5 @@ def test_the_plan_follows_the_experiments_share_of_the_runs(rich_store, monkeypa
     for threshold, joins in ((share - 0.01, 0), (share + 0.01, 1)):
         frame, calls = _read(monkeypatch, threshold, uri, "exp", [METRIC])
         assert calls == joins, threshold
-        client = query.read_runs(uri, "exp", [METRIC], backend="client")
+        client = read_runs(uri, "exp", [METRIC], backend="client")
         pd.testing.assert_frame_equal(frame, client, check_exact=True)

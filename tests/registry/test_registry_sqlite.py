@@ -55,7 +55,7 @@ def attached(world, tmp_path_factory):
     """A copy of the world with the GOOD recipe's logged model registered as 'clf' version 1
     (alias 'candidate') carrying the card file's cells of its recipe; tests only read it, or add
     what does not disturb the others."""
-    from recipe_audit.cards.verify import load_card
+    from recipe_audit.store.card_files import load_card
 
     root = tmp_path_factory.mktemp("attached")
     _copy_db(world.root / "mlflow.db", root / "mlflow.db")
@@ -232,7 +232,7 @@ def test_bad_input_is_one_sentence_and_writes_nothing(world, attached, in_tmp, c
 
 def test_a_failed_attach_is_undone(copy, monkeypatch):
     world, uri, _ = copy
-    from recipe_audit.cards.verify import load_card
+    from recipe_audit.store.card_files import load_card
 
     doc = load_card("card.json")
 
@@ -300,7 +300,7 @@ def _artifact_dir(client, run_id):
 def _card_file(uri, path, recipe_id, eps=0.1, delta=0.1, taus=(0.7,)):
     from recipe_audit.cards.build import CardOptions
     from recipe_audit.cards.compute import CardRequest, compute_cards
-    from recipe_audit.store.cards import write_json
+    from recipe_audit.cards.files import write_json
 
     doc = compute_cards(CardRequest(experiment=EXP, tracking_uri=uri, recipe_id=recipe_id),
                         CardOptions(taus=taus, eps=eps, delta=delta))
@@ -500,7 +500,7 @@ def test_attach_records_the_family_and_the_gate_reads_the_family_wise_verdict(co
     default and passes it with --pointwise (a recipe fixed before the sweep)."""
     from recipe_audit.cards.build import CardOptions
     from recipe_audit.cards.compute import CardRequest, compute_cards
-    from recipe_audit.store.cards import write_json
+    from recipe_audit.cards.files import write_json
 
     world, uri, tmp = copy
     assert _attach_from_run(uri, world, capsys)[0] == 0
