@@ -14,7 +14,7 @@ Then, per size, in one process:
 (b) one raw SQL SELECT joining ``runs`` and ``latest_metrics`` for the card's metric, on a plain
     SQLAlchemy engine (the floor: one value per run, where (c) also needs the kind, parent, recipe
     and seed tags of each run);
-(c) :func:`recipe_audit.store.query.read_runs` + :func:`recipe_audit.store.query.collect_reruns`.
+(c) :func:`recipe_audit.store.read.read_runs` + :func:`recipe_audit.reruns.collect_reruns`.
 
 (b) and (c) are timed in interleaved rounds (median), so load on the machine hits both alike; the
 ratio (c)/(b) is the number that matters on a shared machine. It also prints the time per rerun of
@@ -54,7 +54,8 @@ from sqlalchemy.pool import NullPool
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recipe_audit import keys  # noqa: E402
-from recipe_audit.store.query import collect_reruns, read_runs  # noqa: E402
+from recipe_audit.reruns import collect_reruns  # noqa: E402
+from recipe_audit.store.read import read_runs  # noqa: E402
 
 EXPERIMENT = "recipe_audit_bench"
 AUDIT_SETS = ("calibration", "target")

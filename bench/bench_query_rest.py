@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_query import EXPERIMENT, METRIC, _interleaved, build_store  # noqa: E402
 
-from recipe_audit.store.query import collect_reruns, read_runs  # noqa: E402
+from recipe_audit.reruns import collect_reruns  # noqa: E402
+from recipe_audit.store.read import read_runs  # noqa: E402
 
 TARGET = 4.0
 
