@@ -27,6 +27,11 @@ TAG_ERROR = PREFIX + "error"  # on a FAILED rerun: the exception, one line
 TAG_HOST = PREFIX + "host"  # on a rerun: socket.gethostname() of its process
 TAG_PID = PREFIX + "pid"  # on a rerun: its process id (the main process under accelerate launch)
 TAG_SLURM_JOB_ID = PREFIX + "slurm_job_id"  # on a rerun run by SLURM: $SLURM_JOB_ID
+# on the sweep parent: the torch threads each rerun trains on (0: torch's own choice), and the
+# logged line saying why (threads=auto decides once a sweep: recipe_audit/app/threads.py); on a
+# rerun of the built-in trainer: the threads it trained on
+TAG_THREADS = PREFIX + "threads"
+TAG_THREADS_REASON = PREFIX + "threads_reason"
 TAG_SWEEP_RUN_ID = PREFIX + "sweep_run_id"  # on a card run: the sweep parent it belongs to
 TAG_PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag
 # on the sweep parent of a curtailing sweep (recipe_audit/app/sweepers.py): the JSON record of where each

@@ -33,10 +33,10 @@ def test_default_composes_to_typed_dataclasses():
     assert cfg.audit.taus == [0.7] and cfg.audit.primary == "calibration"
 
 
-def test_default_is_one_torch_thread_per_rerun():
-    """One thread a rerun by default: a busy machine does not oversubscribe the sweep."""
-    assert _typed().threads == 1
-    assert C.RunConfig().threads == 1
+def test_default_threads_are_decided_when_the_sweep_starts():
+    """threads=auto by default: the free CPUs over the reruns at once (recipe_audit/app/threads.py)."""
+    assert _typed().threads == "auto"
+    assert C.RunConfig().threads == "auto"
 
 
 def test_help_lists_no_schema_among_the_groups():

@@ -116,7 +116,7 @@ class RecipeAuditCallback(Callback):
                  eps: float = 0.10, delta: float = 0.10, seed_key: str = "seed",
                  identity_exclude: Sequence[str] = (), experiment_name: str | None = None,
                  tracking_uri: str | None = None, unfinished: str = "fail", resume: bool = False,
-                 card_on_multirun_end: bool = True, _target_: str | None = None) -> None:
+                 card_on_multirun_end: bool = True, threads: Any = None, _target_: str | None = None) -> None:
         metrics = [metric] if isinstance(metric, str) else list(metric or [])
         self.metrics = [str(m) for m in metrics]
         self.higher_is_better = bool(higher_is_better)
@@ -129,6 +129,8 @@ class RecipeAuditCallback(Callback):
         self.unfinished = unfinished
         self.resume = bool(resume)
         self.card_on_multirun_end = bool(card_on_multirun_end)
+        self.threads = threads  # None: the app's own business; "auto" or a number: see _decide_threads
+        self._threads_env: tuple[bool, str | None] | None = None  # $RECIPE_AUDIT_THREADS before the sweep
         self.sweep = None
         self._job: _Job | None = None
         self._uri: str | None = None
@@ -233,10 +235,14 @@ class RecipeAuditCallback(Callback):
                     self.on_multirun_end(config)
                 sys.exit(0)
             _set_seeds(config, self.seed_key, left)
+        decided = self._decide_threads(config)  # in every process of an accelerate launch: its own jobs
         if _rank() != 0:
             return
+        tags = decided_tags(decided)
         if sweep is None:
-            sweep = tracking.start_sweep(store, seeds, sweep_dir, overrides)
+            sweep = tracking.start_sweep(store, seeds, sweep_dir, overrides, tags=tags)
+        elif tags:
+            tracking.tag_sweep(sweep, tags)
         self.sweep = sweep
         self._launcher = str(OmegaConf.select(config, "hydra.launcher._target_") or "")
         atexit.register(self._abandoned)
@@ -254,11 +260,50 @@ class RecipeAuditCallback(Callback):
         gc.collect()
         gc.freeze()
 
+    def _decide_threads(self, config: DictConfig):
+        """``threads=auto``: the torch threads of every rerun, decided once, now (recipe_audit/app/threads.py),
+        logged in one line and handed to the jobs as ``$RECIPE_AUDIT_THREADS``. A number is the
+        decision as it is. None (the option unset): nothing."""
+        from recipe_audit.app import threads
+
+        if self.threads is None:
+            return None
+        try:
+            value = threads.parse(self.threads)
+        except threads.ThreadsError as exc:
+            _stop(str(exc))
+        if value == threads.AUTO:
+            try:
+                n_jobs = len(planned_seeds(config, self.seed_key)) * (_n_recipes(config, self.seed_key) or 1)
+            except OptionError:
+                n_jobs = None
+            decided = threads.decide(config, n_jobs)
+        else:
+            decided = threads.Decision(int(value), f"threads={value}")
+        if _rank() == 0:
+            log.info("%s", decided.line())
+        if self._threads_env is None:
+            self._threads_env = (threads.ENV in os.environ, os.environ.get(threads.ENV))
+        os.environ[threads.ENV] = str(decided.threads)
+        return decided
+
+    def _restore_threads_env(self) -> None:
+        from recipe_audit.app import threads
+
+        saved, self._threads_env = self._threads_env, None
+        if saved is None:
+            return
+        if saved[0]:
+            os.environ[threads.ENV] = saved[1] or ""
+        else:
+            os.environ.pop(threads.ENV, None)
+
     def _abandoned(self) -> None:
         """At exit, a sweep that never reached its end (a launcher that raised, as joblib's does
         when a worker is killed; Ctrl-C; a job that stopped the sweep) is recorded as such: its
         parent FAILED with the reason and its reruns whose process is gone KILLED, so nothing is
         left RUNNING. Normal ends clear ``self.sweep`` first."""
+        self._restore_threads_env()
         sweep, self.sweep = self.sweep, None
         if sweep is None:
             return
@@ -294,6 +339,7 @@ class RecipeAuditCallback(Callback):
         return [s for s in sweep.planned_seeds if s not in skipped]
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._restore_threads_env()
         if self.sweep is None or _rank() != 0:
             return
         sweep, self.sweep = self.sweep, None
@@ -511,6 +557,15 @@ class RecipeAuditCallback(Callback):
             bad = [t for t in self.taus if (v < t if self.higher_is_better else v > t)]
             parts.append(f"{m}={v:.3f}" + (f", fails the bar τ = {', '.join(f'{t:g}' for t in bad)}" if bad else ""))
         log.info("%s: %s (%.1fs) run %s", job.label, "; ".join(parts), secs, job.rerun.run_id)
+
+
+def decided_tags(decided) -> dict[str, str]:
+    """The sweep parent's record of its torch threads decision (nothing when none was made)."""
+    from recipe_audit import keys
+
+    if decided is None:
+        return {}
+    return {keys.TAG_THREADS: str(decided.threads), keys.TAG_THREADS_REASON: decided.line()}
 
 
 @dataclass

@@ -191,6 +191,8 @@ def _attach_rerun(audit_names, cfg):
         logger = tracking.RerunLogger.attach(store, rerun.run_id, rerun.artifact_uri)
         if audit_names:
             rerun.tags[keys.TAG_AUDIT_SETS] = ",".join(audit_names)  # written when the callback closes the run
+        if "torch" in sys.modules:  # the threads it trained on (threads=auto: the sweep's decision)
+            rerun.tags[keys.TAG_THREADS] = str(sys.modules["torch"].get_num_threads())
         logger.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     except tracking.TrackingError as exc:
         _fail(str(exc), exc)

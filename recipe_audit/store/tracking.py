@@ -370,9 +370,11 @@ class SweepInfo:
         return cls(**d)
 
 
-def start_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path, overrides: list[str]) -> SweepInfo:
-    """Open the parent run of a multirun and publish it to the jobs (environment and a file in
-    the sweep directory, so launchers in other processes or on other hosts find it)."""
+def start_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path, overrides: list[str],
+                tags: Mapping[str, str] | None = None) -> SweepInfo:
+    """Open the parent run of a multirun (with ``tags`` besides its own) and publish it to the
+    jobs (environment and a file in the sweep directory, so launchers in other processes or on
+    other hosts find it)."""
     import uuid
 
     seeds = tuple(sorted(set(int(s) for s in planned_seeds)))
@@ -383,7 +385,7 @@ def start_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path, ove
         tags={keys.TAG_KIND: keys.KIND_SWEEP, keys.TAG_SWEEP_ID: sweep_id,
               keys.TAG_PLANNED_SEEDS: json.dumps(list(seeds), separators=(",", ":")),
               "recipe_audit.sweep_dir": str(sweep_dir.resolve()),
-              "recipe_audit.overrides": " ".join(overrides)[:5000]},
+              "recipe_audit.overrides": " ".join(overrides)[:5000], **(tags or {})},
     )
     client.log_param(run.info.run_id, "planned_seeds", _compact_seeds(seeds))
     info = SweepInfo(sweep_id, run.info.run_id, store.uri, store.experiment_name, seeds)
@@ -391,6 +393,13 @@ def start_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path, ove
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / SWEEP_FILE).write_text(info.to_json())
     return info
+
+
+def tag_sweep(info: SweepInfo, tags: Mapping[str, str]) -> None:
+    """Set tags on the sweep's parent run (a resumed sweep's new decisions)."""
+    from mlflow.entities import RunTag
+
+    _client(info.tracking_uri).log_batch(info.parent_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
 
 def sweep_running(info: SweepInfo) -> bool:
