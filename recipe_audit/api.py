@@ -114,7 +114,7 @@ class Card:
 
 
 def _options(taus: Sequence[float], eps: float, delta: float, higher_is_better: bool, unfinished: str):
-    from recipe_audit.cards.build import CardOptions
+    from recipe_audit.cards.model import CardOptions
 
     if isinstance(taus, (int, float)):
         taus = (taus,)
@@ -204,7 +204,8 @@ def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
     import numpy as np
     import pandas as pd
 
-    from recipe_audit.cards.build import build_document, cell_from_rerun_set
+    from recipe_audit.cards.build import build_document
+    from recipe_audit.cards.model import cell_from_rerun_set
     from recipe_audit.reruns import collect_reruns
 
     if not isinstance(runs, pd.DataFrame):

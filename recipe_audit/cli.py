@@ -198,9 +198,9 @@ def cmd_card(a: argparse.Namespace) -> int:
     uri = resolve_tracking_uri(a.tracking_uri)
     check.tracking_uri(uri, will_log=a.log_run)
 
-    from recipe_audit.cards.build import CardOptions
     from recipe_audit.cards.compute import CardRequest, compute_cards
     from recipe_audit.cards.files import render_files, write_json
+    from recipe_audit.cards.model import CardOptions
     from recipe_audit.cards.sweep import print_summary
     from recipe_audit.store.cards import log_cell_card_runs
 
@@ -243,8 +243,8 @@ def cmd_card(a: argparse.Namespace) -> int:
         print(f"recipe-audit: note: {note}", file=sys.stderr)
     print_summary(doc, files)
     if shift:
-        from recipe_audit.cards.render import text_table
         from recipe_audit.cards.shift import shift_table
+        from recipe_audit.cards.tables import text_table
 
         header, rows = shift_table(doc["shift"], markdown=False)
         print("\nShift: calibration audit vs target audits\n" + text_table(rows, header))

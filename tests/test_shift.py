@@ -14,10 +14,11 @@ from omegaconf import OmegaConf
 
 from recipe_audit import config as C
 from recipe_audit import keys
+from recipe_audit.app import task_configs as T
 from recipe_audit.app.schema import register_configs
-from recipe_audit.cards.build import CardOptions
 from recipe_audit.cards.compute import CardRequest, compute_cards
 from recipe_audit.cards.files import validate
+from recipe_audit.cards.model import CardOptions
 from recipe_audit.cards.render import to_markdown
 from recipe_audit.cards.shift import compute_shift_cards, scored_audit_sets
 from recipe_audit.cli import main
@@ -51,7 +52,7 @@ def _small_sentiment():
 
 def test_task_shift_audits_are_encoded_with_the_models_tokenizer():
     prepared, mcfg = _small_sentiment()
-    xs = S.prepare_extra_audits(["entailment"], {"n_train": 4, "n_audit": 10}, prepared, mcfg)
+    xs = S.prepare_extra_audits(T.extra_task_configs(["entailment"], {"n_train": 4, "n_audit": 10}), prepared, mcfg)
     assert [x.name for x in xs] == ["entailment/calibration", "entailment/shift_people"]
     assert [x.name for x in xs] == [keys.task_shift_audit("entailment", a) for a in ("calibration", "shift_people")]
     ids = xs[0].encoded.input_ids
@@ -61,17 +62,16 @@ def test_task_shift_audits_are_encoded_with_the_models_tokenizer():
 def test_task_shift_refusals(tmp_path, monkeypatch):
     prepared, mcfg = _small_sentiment()
     with pytest.raises(TaskError, match="own task"):
-        S.prepare_extra_audits(["sentiment"], {}, prepared, mcfg)
+        S.prepare_extra_audits(T.extra_task_configs(["sentiment"], {}), prepared, mcfg)
     with pytest.raises(TaskError, match="not a task config"):
-        S.prepare_extra_audits(["no_such_task"], {}, prepared, mcfg)
+        T.extra_task_configs(["no_such_task"], {})
     with pytest.raises(TaskError, match="cannot be configured"):  # the files task needs its paths
-        S.load_task_config("files")
+        T.load_task_config("files")
     f = tmp_path / "three.csv"
     f.write_text("text,label\na b,x\nc d,y\ne f,z\n")
     three = C.TaskConfig(name="three", kind="files", options={"train": str(f), "audits": {"calibration": str(f)}})
-    monkeypatch.setattr(S, "load_task_config", lambda name, options=None: three)
     with pytest.raises(TaskError, match="3 labels"):
-        S.prepare_extra_audits(["three"], {}, prepared, mcfg)
+        S.prepare_extra_audits([three], prepared, mcfg)
 
 
 def _rerun(uri, recipe_id, seed, scores, *, name="stable", status="FINISHED", scored_on=None):

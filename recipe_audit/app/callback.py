@@ -145,7 +145,7 @@ class RecipeAuditCallback(Callback):
         """The card's options (one constructor for the sweep's card and the curtailing sweeper).
         A bad value is named as the user set it: ``audit.eps`` in the built-in app, whose callback
         options interpolate its ``audit`` section, ``hydra.callbacks.recipe_audit.eps`` elsewhere."""
-        from recipe_audit.cards.build import CardError, CardOptions
+        from recipe_audit.cards.model import CardError, CardOptions
 
         def name(option: str) -> str:
             return _option_name(config, option)
@@ -375,7 +375,7 @@ class RecipeAuditCallback(Callback):
                   f"{self.failed_consequence}.", code=1)
 
     def _cards(self, sweep, config: DictConfig) -> None:
-        from recipe_audit.cards.build import CardError
+        from recipe_audit.cards.model import CardError
         from recipe_audit.cards.sweep import cards_for_sweep, summary_markdown
         from recipe_audit.store import tracking
 
@@ -533,13 +533,14 @@ class RecipeAuditCallback(Callback):
         return [(v < t) if self.higher_is_better else (v > t) for t in self.taus]
 
     def bar_tags(self, outcome: dict[str, Any]) -> dict[str, str]:
-        """``recipe_audit.fails_tau_<τ>`` = ``true``/``false`` for each bar (with the metric in the
-        name, ``recipe_audit.fails.<metric>.tau_<τ>``, when the card has several metrics)."""
+        """``recipe_audit.fails.<metric>.tau_<τ>`` = ``true``/``false`` for each metric and bar
+        (:func:`recipe_audit.keys.fails_tag`, the name a card logged later writes too)."""
+        from recipe_audit.keys import fails_tag
+
         out = {}
         for m in self.metrics:
             for t, bad in zip(self.taus, self.fails(outcome, m), strict=True):
-                key = f"fails_tau_{float(t):g}" if len(self.metrics) == 1 else f"fails.{m}.tau_{float(t):g}"
-                out[f"recipe_audit.{key}"] = "true" if bad else "false"
+                out[fails_tag(m, t)] = "true" if bad else "false"
         return out
 
     def _report(self, job: _Job, outcome: dict[str, Any]) -> None:

@@ -69,6 +69,7 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from recipe_audit.app.task_configs import extra_task_configs
     from recipe_audit.config import RunConfig
     from recipe_audit.train.loop import RecipeError, prepare_task, select_audits, train_rerun
     from recipe_audit.train.models import ModelError
@@ -103,8 +104,9 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
                 raise ConfigurationError(f"{name} must lie strictly between 0 and 1, not {value}.")
         prepared = prepare_task(run_cfg.task, run_cfg.model)
         audit_sets = select_audits(prepared.task, run_cfg.audit)
-        extra_audits = prepare_extra_audits(run_cfg.audit.extra_tasks, run_cfg.audit.extra_task_options,
-                                            prepared, run_cfg.model)  # task shift (docs/guide/shift.md)
+        extra_audits = prepare_extra_audits(
+            extra_task_configs(run_cfg.audit.extra_tasks, run_cfg.audit.extra_task_options),
+            prepared, run_cfg.model)  # task shift (docs/guide/shift.md)
         scored = [*audit_sets, *(x.name for x in extra_audits)]
         if run_cfg.audit.primary not in scored:
             raise ConfigurationError(f"audit.primary '{run_cfg.audit.primary}' is not an audit set this sweep "

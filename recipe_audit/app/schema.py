@@ -80,7 +80,24 @@ def register_configs() -> None:
     for group, node in (("model", ModelConfig), ("task", TaskConfig), ("recipe", RecipeConfig),
                         ("audit", AuditConfig), ("tracking", TrackingConfig), ("defense", DefenseConfig)):
         cs.store(group=SCHEMA_GROUP, name=group, node=node, provider="recipe_audit")
-    from recipe_audit.app.sweepers import register_plugin
-
     register()  # hydra/callbacks=recipe_audit (also done by the search-path plugin)
     register_plugin()  # hydra/sweeper=curtail
+
+
+def register_plugin() -> None:
+    """Register the plugin classes with Hydra by name. Hydra finds plugins by scanning the
+    ``hydra_plugins`` namespace package, which does not see packages of a PEP 660 editable install
+    (facebookresearch/hydra#2359, #3252), so the app registers its own sweepers explicitly
+    (``Plugins.register``, idempotent). Without the plugin package installed this does nothing."""
+    try:
+        from hydra_plugins.recipe_audit import plugins
+    except ImportError:
+        return
+    from hydra.core.plugins import Plugins
+
+    for name in ("CurtailingSweeper", "SeedSweeper", "SeedLauncher",
+                 # built on optional Hydra plugins: the joblib workers (the 'parallel' extra) and
+                 # the submitit launchers that survive a dead rerun (the 'cluster' extra)
+                 "SeedJoblibLauncher", "TolerantLocalLauncher", "TolerantSlurmLauncher"):
+        if getattr(plugins, name, None) is not None:
+            Plugins.instance().register(getattr(plugins, name))

@@ -433,22 +433,3 @@ class CurtailingSweeperBase(RecipeSweeperBase):
             summary = (f"{self.record['n_launched']} of {self.record['n_planned']} planned reruns launched "
                        f"({'stopped early' if self.record['stopped_early'] else 'ran to N'})")
         curtailment.publish(info.tracking_uri, info.parent_run_id, text, summary)
-
-
-def register_plugin() -> None:
-    """Register the plugin classes with Hydra by name. Hydra finds plugins by scanning the
-    ``hydra_plugins`` namespace package, which does not see packages of a PEP 660 editable install
-    (facebookresearch/hydra#2359, #3252), so the app registers its own sweepers explicitly
-    (``Plugins.register``, idempotent). Without the plugin package installed this does nothing."""
-    try:
-        from hydra_plugins.recipe_audit import plugins
-    except ImportError:
-        return
-    from hydra.core.plugins import Plugins
-
-    for name in ("CurtailingSweeper", "SeedSweeper", "SeedLauncher",
-                 # built on optional Hydra plugins: the joblib workers (the 'parallel' extra) and
-                 # the submitit launchers that survive a dead rerun (the 'cluster' extra)
-                 "SeedJoblibLauncher", "TolerantLocalLauncher", "TolerantSlurmLauncher"):
-        if getattr(plugins, name, None) is not None:
-            Plugins.instance().register(getattr(plugins, name))

@@ -22,6 +22,7 @@ from typing import Any
 
 from recipe_audit.cards import schemas
 from recipe_audit.cards.build import installed_versions
+from recipe_audit.cards.tables import md_table
 from recipe_audit.stats import acceptance as sa
 
 __all__ = [
@@ -242,12 +243,6 @@ def _ci(pair) -> str:
     return "—" if not pair or pair[0] is None else f"[{pair[0]:.4f}, {pair[1]:.4f}]"
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
-    return "\n".join(out)
-
-
 def _statistic_text(g: str, d: Mapping[str, Any]) -> str:
     if d["status"] == sa.MISSING:
         return "—"
@@ -296,7 +291,7 @@ def to_markdown(doc: Mapping[str, Any], images: Mapping[str, str] | None = None)
         "",
     ]
     header, rows = summary_table(doc)
-    lines += ["## Verdicts", "", _md_table(header, rows), ""]
+    lines += ["## Verdicts", "", md_table(header, rows), ""]
     for c in doc["cells"]:
         lines += [f"## {c['label']} vs baseline {c['baseline']}", "",
                   f"**Verdict: `{c['verdict']}`** — {c['verdict_reason']}", ""]
@@ -308,7 +303,7 @@ def to_markdown(doc: Mapping[str, Any], images: Mapping[str, str] | None = None)
             d = c["diagnostics"][g]
             trows.append([d["title"], _statistic_text(g, d), d["threshold"] or "—", f"**{d['status']}**",
                           d["does_not_prove"]])
-        lines += [_md_table(["diagnostic", "statistic", "threshold", "status", "what it does not prove"], trows), ""]
+        lines += [md_table(["diagnostic", "statistic", "threshold", "status", "what it does not prove"], trows), ""]
         for g in sa.GATES:
             lines.append(f"- ({g}) {c['diagnostics'][g]['reason']}")
         a = c["diagnostics"]["a"]
@@ -335,7 +330,7 @@ def to_markdown(doc: Mapping[str, Any], images: Mapping[str, str] | None = None)
     lines += ["## Progressive filter", "",
               f"Of {pf[0]['n_cells'] if pf else 0} cell(s): how many have a result (not missing, not N/A) for "
               f"every listed diagnostic, and how many pass them all strictly.", "",
-              _md_table(["filter", "cells with a result", "cells passing"],
+              md_table(["filter", "cells with a result", "cells passing"],
                         [[r["filter"], str(r["n_with_result"]), str(r["n_pass"])] for r in pf]), ""]
     sens = [r for r in doc["threshold_sensitivity"] if r["verdict_changes"] or r["status"] != r["status_variant"]]
     lines += ["## Threshold sensitivity", "",
@@ -343,7 +338,7 @@ def to_markdown(doc: Mapping[str, Any], images: Mapping[str, str] | None = None)
               f"(b), and ρ_AT boundaries {' / '.join(f'{b:g}' for b in o['sensitivity_boundaries'])} for (c), one at a "
               f"time.", ""]
     if sens:
-        lines += [_md_table(["cell", "diagnostic", "re-read at", "status", "→", "verdict", "→", "verdict changes"],
+        lines += [md_table(["cell", "diagnostic", "re-read at", "status", "→", "verdict", "→", "verdict changes"],
                             [[r["cell"], f"({r['gate']})", r["variant"], r["status"], r["status_variant"], r["verdict"],
                               r["verdict_variant"], "**yes**" if r["verdict_changes"] else "no"] for r in sens]), ""]
     else:

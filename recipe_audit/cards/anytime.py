@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from recipe_audit import stats
-from recipe_audit.cards.build import CardError
+from recipe_audit.cards.model import CardError
 from recipe_audit.stats.anytime import ANYTIME_METHOD, ANYTIME_RULE, anytime_bound
 
 if TYPE_CHECKING:
-    from recipe_audit.cards.build import Cell
+    from recipe_audit.cards.model import Cell
 
 ANYTIME = "anytime"
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from recipe_audit import stats
 
 if TYPE_CHECKING:
-    from recipe_audit.cards.build import Cell
+    from recipe_audit.cards.model import Cell
 
 
 def band_fields(cell: Cell, tau: float, opts) -> dict[str, Any]:

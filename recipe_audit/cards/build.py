@@ -9,131 +9,19 @@ shipped in ``recipe_audit/schemas``); rendering and storage live in sibling modu
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from recipe_audit import keys, stats
-
-SCHEMA_VERSION = "1.1"
-CARD_KIND = "recipe_card"
-DIGEST_SCHEME = "content+artifacts/2"
-"""The card digest of every card written since schema 1.1 (see :func:`document_digest`)."""
-DEFAULT_BOOTSTRAP_B = 2000
-DEFAULT_BOOTSTRAP_SEED = 0
-
-
-class CardError(ValueError):
-    """A card cannot be computed from this input (one sentence)."""
-
-
-@dataclass(frozen=True)
-class CardOptions:
-    """What a card is asked: bars, budget, risk, and how unfinished reruns are treated."""
-
-    taus: tuple[float, ...]
-    eps: float = 0.10
-    delta: float = 0.10
-    higher_is_better: bool = True
-    unfinished: str = "fail"  # "fail": unfinished reruns are failures; "refuse": no card
-    bootstrap_B: int = DEFAULT_BOOTSTRAP_B
-    bootstrap_seed: int = DEFAULT_BOOTSTRAP_SEED
-    band_method: str = "auto"  # the simultaneous band: auto | exact-cp | exact-ks | dkw
-    family_size: int | None = None  # M stated by the user (default: the recipe identities counted)
-    anytime: bool = False  # read every cell as an open-ended sweep (the confidence sequence)
-
-    def __post_init__(self) -> None:
-        if not self.taus:
-            raise CardError("Ask for at least one release bar tau.")
-        for t in self.taus:
-            if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
-                raise CardError(f"The release bar tau must be a finite number, not {t!r}.")
-        for name, v in (("eps", self.eps), ("delta", self.delta)):
-            if not isinstance(v, (int, float)) or not 0 < v < 1:
-                raise CardError(f"{name} must lie strictly between 0 and 1, not {v}.")
-        if self.unfinished not in ("fail", "refuse"):
-            raise CardError(f"unfinished must be 'fail' or 'refuse', not {self.unfinished!r}.")
-        if self.bootstrap_B < 1:
-            raise CardError("The bootstrap needs at least one resample.")
-        if self.band_method not in ("auto", *stats.BAND_METHODS):
-            raise CardError(f"band_method must be one of auto, {', '.join(stats.BAND_METHODS)}, "
-                            f"not {self.band_method!r}.")
-        if self.family_size is not None and (isinstance(self.family_size, bool) or
-                                             not isinstance(self.family_size, int) or self.family_size < 1):
-            raise CardError(f"The family size M must be a whole number of recipes, at least 1, not {self.family_size!r}.")
-
-
-@dataclass(frozen=True)
-class Cell:
-    """The reruns of one cell, ready for cards (built from a ``reruns.RerunSet``)."""
-
-    group: dict[str, Any]
-    recipe_id: str | None
-    recipe_summary: str
-    audit_set: str | None
-    metric: str
-    seeds: tuple[Any, ...]
-    values: np.ndarray  # aligned with seeds; NaN for unfinished
-    run_ids: tuple[str | None, ...]
-    statuses: tuple[str, ...]
-    unfinished: tuple[tuple[Any, str, str | None], ...] = ()
-    duplicates: tuple = ()  # reruns.Duplicate per re-run seed
-    disagreeing_duplicates: tuple[Any, ...] = ()
-    sweep_run_ids: tuple[str, ...] = ()
-    planned_seeds: tuple[Any, ...] = ()
-    digest: str = ""
-    # set when the recipe was never scored on this audit set (no verdict is carried over)
-    shift_refusal: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def n(self) -> int:
-        return len(self.seeds)
-
-    @property
-    def label(self) -> str:
-        parts = [f"{k.split('.')[-1]}={v}" for k, v in self.group.items()]
-        if self.recipe_id:
-            name = self.recipe_summary.split(":", 1)[0] if self.recipe_summary else "recipe"
-            parts.insert(0, f"{name} [{self.recipe_id[:8]}]")
-        return ", ".join(parts) or "all runs"
-
-
-def audit_set_of(metric: str) -> str | None:
-    """``accuracy/shift_x`` -> ``shift_x``: the audit set a recipe_audit metric key names."""
-    prefix = keys.accuracy_key("")
-    return metric[len(prefix):] if metric.startswith(prefix) else None
-
-
-def audit_name(metric: str) -> str:
-    """The name a card gives its audit set: the audit set a recipe_audit metric key names
-    (``accuracy/shift_x`` -> ``shift_x``), else the metric itself (``val_acc``)."""
-    return audit_set_of(metric) or metric
-
-
-def cell_from_rerun_set(rs, recipe_summary: str = "", audit_set: str | None = None) -> Cell:
-    """Adapt a ``reruns.RerunSet``. When *no* rerun of the cell ever logged the metric, the
-    recipe was not measured on that audit set and the cell refuses."""
-    reasons = [u[1] for u in rs.unfinished]
-    refusal = None
-    if rs.n and reasons.count("missing-metric") == rs.n:
-        what = f"audit set '{audit_set}'" if audit_set else f"metric '{rs.metric_key}'"
-        refusal = (f"None of the {rs.n} reruns of this recipe was scored on {what}; "
-                   f"no card can be carried over from another audit set.")
-    return Cell(
-        group=dict(rs.group), recipe_id=rs.recipe_id, recipe_summary=recipe_summary,
-        audit_set=audit_set if audit_set is not None else audit_name(rs.metric_key),
-        metric=rs.metric_key, seeds=tuple(rs.seeds), values=np.asarray(rs.values, dtype=float),
-        run_ids=tuple(rs.run_ids), statuses=tuple(rs.statuses), unfinished=tuple(rs.unfinished),
-        duplicates=tuple(rs.duplicates), disagreeing_duplicates=tuple(rs.disagreeing_duplicates),
-        sweep_run_ids=tuple(rs.sweep_run_ids), planned_seeds=tuple(rs.planned_seeds),
-        digest=rs.digest(), shift_refusal=refusal,
-    )
+from recipe_audit import stats
+from recipe_audit.cards.anytime import apply_anytime
+from recipe_audit.cards.band import band_fields
+from recipe_audit.cards.curtail import curtailed_fields
+from recipe_audit.cards.digest import seal
+from recipe_audit.cards.family import apply_family
+from recipe_audit.cards.model import CARD_KIND, SCHEMA_VERSION, CardError, CardOptions, Cell
 
 
 def _num(x: Any) -> Any:
@@ -222,8 +110,6 @@ def card_entry(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
             "n_ignored_by_practice_rules": rules.n_ignored,
         },
     })
-    from recipe_audit.cards.band import band_fields
-    from recipe_audit.cards.curtail import curtailed_fields
 
     if cell.extra.get("curtailment"):  # the verdict at the planned N of a curtailed sweep
         base.update(curtailed_fields(cell, k, tau, opts, base["rules"]))
@@ -279,8 +165,6 @@ def build_document(cells: Sequence[Cell], opts: CardOptions, source: dict[str, A
             raise CardError(f"The card refuses: {len(pending)} rerun(s) are unfinished: {shown}"
                             f"{' ...' if len(pending) > 6 else ''}.")
     entries = [card_entry(c, t, opts) for c in cells for t in opts.taus]
-    from recipe_audit.cards.anytime import apply_anytime
-    from recipe_audit.cards.family import apply_family
 
     apply_anytime(entries, cells, opts)  # an open-ended sweep's cells: the confidence sequence
     apply_family(entries, opts.eps, opts.delta, source.get("family_recipe_ids") or (), opts.family_size)
@@ -302,69 +186,6 @@ def build_document(cells: Sequence[Cell], opts: CardOptions, source: dict[str, A
 
 
 # fields of a card document its content digest leaves out (they are derived from it, or cover files)
-SEAL_FIELDS = ("digest", "content_digest", "artifacts")
-
-
-def _canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
-
-
-def content_digest(doc: dict[str, Any]) -> str:
-    """sha256 (hex) of the card's JSON content: every field except :data:`SEAL_FIELDS`, as
-    canonical JSON (sorted keys, no whitespace, UTF-8). Any edit of any field changes it."""
-    return hashlib.sha256(_canonical({k: v for k, v in doc.items() if k not in SEAL_FIELDS})).hexdigest()
-
-
-_content_digest = content_digest  # the name seal's keyword hides
-
-
-def is_legacy(doc: dict[str, Any]) -> bool:
-    """Whether the card was written under the previous digest scheme (numbers and verdicts only)."""
-    return doc.get("digest_scheme") != DIGEST_SCHEME
-
-
-def document_digest(doc: dict[str, Any]) -> str:
-    """The card digest: sha256 over its content digest and, for every other file of the card
-    (Markdown, plots, HTML: the ``artifacts`` manifest, file name -> sha256 of its bytes), the
-    name and hash. The JSON is covered field by field, the files byte for byte; a card written
-    as JSON alone has an empty manifest.
-
-    The hashed text is ``"recipe_audit card digest 2\n" + content_digest + "\n"`` followed by
-    ``"<name>\t<sha256>\n"`` per artifact in name order, UTF-8 encoded."""
-    lines = ["recipe_audit card digest 2", content_digest(doc)]
-    lines += [f"{name}\t{sha}" for name, sha in sorted((doc.get("artifacts") or {}).items())]
-    return hashlib.sha256(("\n".join(lines) + "\n").encode("utf-8")).hexdigest()
-
-
-def legacy_document_digest(doc: dict[str, Any]) -> str:
-    """The digest of cards of schema 1.0: the cells' rerun digests and the numbers and verdicts
-    they state only (not the other fields, not the Markdown or plots)."""
-    h = hashlib.sha256()
-    for e in doc["cells"]:
-        h.update(json.dumps([e["digest"], e["tau"], e["n_reruns"], e["n_failures"], e["upper_bound"],
-                             e["lower_bound"], e["verdict"], e["rules"]], sort_keys=True).encode())
-    return h.hexdigest()
-
-
-def seal(doc: dict[str, Any], artifacts: dict[str, str] | None = None, *,
-         content_digest: str | None = None) -> dict[str, Any]:
-    """Set the card's digest fields in place (and return it): ``schema_version``,
-    ``digest_scheme``, ``content_digest``, the ``artifacts`` manifest (dropped when None or
-    empty: the card is then its JSON alone) and ``digest`` (:func:`document_digest`). Call it
-    after the last change to the content. ``content_digest``: the content digest of this very
-    content, from a :func:`seal` of it with no change since (it is then not computed again)."""
-    for k in SEAL_FIELDS:
-        doc.pop(k, None)
-    doc["schema_version"] = SCHEMA_VERSION
-    doc["digest_scheme"] = DIGEST_SCHEME
-    doc["content_digest"] = content_digest or _content_digest(doc)
-    if artifacts:
-        doc["artifacts"] = dict(sorted(artifacts.items()))
-    doc["digest"] = document_digest(doc)
-    return doc
-
-
 def summarise_recipe(params: dict[str, Any]) -> str:
     """A readable one-line summary from a rerun's flattened params (recipe_audit runs)."""
     g = params.get

@@ -13,16 +13,9 @@ from typing import Any
 import numpy as np
 
 from recipe_audit import keys, stats
-from recipe_audit.cards.build import (
-    CardError,
-    CardOptions,
-    Cell,
-    audit_set_of,
-    build_document,
-    cell_from_rerun_set,
-    seal,
-    summarise_recipe,
-)
+from recipe_audit.cards.build import build_document, summarise_recipe
+from recipe_audit.cards.digest import seal
+from recipe_audit.cards.model import CardError, CardOptions, Cell, audit_set_of, cell_from_rerun_set
 
 # params read along with the reruns to describe the recipe on the card
 SUMMARY_PARAMS = ("recipe.name", "model.name", "task.name", "recipe.optimizer", "recipe.lr", "recipe.schedule",

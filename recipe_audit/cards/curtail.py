@@ -30,7 +30,7 @@ import numpy as np
 from recipe_audit import stats
 
 if TYPE_CHECKING:
-    from recipe_audit.cards.build import Cell
+    from recipe_audit.cards.model import Cell
 
 
 def _norm(seed: Any) -> Any:

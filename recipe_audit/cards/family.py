@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from recipe_audit.cards.build import CardError
+from recipe_audit.cards.model import CardError
 from recipe_audit.stats import exact
 from recipe_audit.stats.anytime import anytime_bound
 from recipe_audit.stats.family import BONFERRONI, HOLM, family_bounds
@@ -146,7 +146,7 @@ def lead_lines(doc: dict[str, Any], markdown: bool = False) -> list[str]:
     floor = max(f["sample_floor"] for f in fams)
     head = (f"Family-wise verdicts (M = {m} recipe identities, each at δ/M = {delta / m:.3g}, "
             f"family-wise floor {floor} reruns):")
-    from recipe_audit.cards.render import text_table
+    from recipe_audit.cards.tables import text_table
 
     rows = lead_rows(doc)
     members = list(dict.fromkeys(m for f in fams for m in f["members"]))

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from recipe_audit.cards import schemas
-from recipe_audit.cards.build import CardError, seal
+from recipe_audit.cards.digest import seal
 from recipe_audit.cards.html import to_html
 from recipe_audit.cards.jsontext import dumps_indented
+from recipe_audit.cards.model import CardError
 from recipe_audit.cards.render import band_plot, cell_groups, histogram, responsiveness_plot, to_markdown
 
 SCHEMA_FILE = "recipe_card.v1.json"

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from recipe_audit import stats
+from recipe_audit.cards.tables import md_table
 
 RULE_LABELS = OrderedDict([
     ("mean", "mean ≥ τ"),
@@ -64,18 +65,6 @@ def rules_table(entries: list[dict[str, Any]]) -> tuple[list[str], list[list[str
     return header, rows
 
 
-def text_table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True))  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
-
-
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
-
-
 def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None,
                 band_images: dict[tuple, str] | None = None) -> str:
     """The card for people: the grid (when several cells or τ), then each cell in full."""
@@ -99,7 +88,7 @@ def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None,
     lines += anytime_lines(doc) + family_lines(doc, markdown=True)  # the readings that lead, when they apply
     groups = cell_groups(doc)
     if len(doc["cells"]) > 1:
-        lines += ["## Verdicts", "", _md_table(GRID_HEADER, verdict_table(doc)), ""]
+        lines += ["## Verdicts", "", md_table(GRID_HEADER, verdict_table(doc)), ""]
     for key, entries in groups.items():
         first = entries[0]
         lines += [f"## {first['label']} — audit `{first['audit_set'] or first['metric']}`", ""]
@@ -116,14 +105,14 @@ def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None,
         for e in entries:
             rows.append([f"{e['tau']:g}", f"{e['n_failures']}/{e['n_reruns']}", _f(e["lower_bound"]),
                          _f(e["upper_bound"]), str(e["sample_floor"]), f"**{e['verdict']}**"])
-        lines += [_md_table(["τ", "failures/N", "L", "U", "N_min", "verdict"], rows), ""]
+        lines += [md_table(["τ", "failures/N", "L", "U", "N_min", "verdict"], rows), ""]
         for e in entries:
             lines += [f"- τ = {e['tau']:g}: {e['reason']}"]
         lines += _curtailment_md(first) + _band_md(entries, (band_images or {}).get(key))
         lines += ["", "What common practice would have decided on the same reruns "
                   f"(the practice rules see only the {first['rule_statistics']['n_finished']} finished "
                   f"reruns and ignore {first['rule_statistics']['n_ignored_by_practice_rules']}):", ""]
-        lines += [_md_table(*rules_table(entries)), ""]
+        lines += [md_table(*rules_table(entries)), ""]
         if first["unfinished"]:
             lines += [f"Unfinished reruns ({len(first['unfinished'])}, counted as failures): "
                       + ", ".join(f"seed {u['seed']} ({u['reason']})" for u in first["unfinished"]), ""]
@@ -135,7 +124,7 @@ def to_markdown(doc: dict[str, Any], images: dict[tuple, str] | None = None,
         lines += shift_markdown(doc["shift"])
     if doc.get("split_audit"):
         lines += ["## Held-out split audit", "", _split_audit_md(doc["split_audit"]), ""]
-    from recipe_audit.cards.build import content_digest
+    from recipe_audit.cards.digest import content_digest
 
     lines += [f"---\nCard content digest `{doc.get('content_digest') or content_digest(doc)}` (the card "
               "digest in the JSON also covers this file and the plots) · created "
@@ -188,7 +177,7 @@ def _split_audit_md(sa: dict[str, Any]) -> str:
                      f"{r['split_violations']}/{r['split_ships']}", "—" if p is None else f"{p:.3f}"])
     head = (f"{sa['n_cells']} cell(s) × {sa['n_splits']} random splits, audit part of "
             f"{sa['audit_size']} reruns, the rest held out.\n\n")
-    return head + _md_table(["rule", "cells shipped (full data)", "… of which k/N > ε",
+    return head + md_table(["rule", "cells shipped (full data)", "… of which k/N > ε",
                              "violations/ships on splits", "P(violation | ship)"], rows)
 
 
@@ -301,7 +290,7 @@ def _band_md(entries: list[dict[str, Any]], image: str | None) -> list[str]:
              f"N_min = {e0['sample_floor']}).", ""]
     rows = [[f"{e['tau']:g}", f"{bb['k']}/{bb['n']}", _f(bb["pointwise_upper_bound"]), _f(bb["upper_bound"]),
              "yes" if bb["supported"] else "no"] for e, bb in zip(entries, bands, strict=True)]
-    lines += [_md_table(["τ", "failures/N", "pointwise U (this τ only)", "band bound (every τ)",
+    lines += [md_table(["τ", "failures/N", "pointwise U (this τ only)", "band bound (every τ)",
                          f"band certifies ε = {e0['eps']}"], rows), ""]
     lim = b.get("certified_tau_limit")
     if lim is None:

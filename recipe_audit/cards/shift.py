@@ -16,8 +16,10 @@ from dataclasses import replace
 from typing import Any
 
 from recipe_audit import keys
-from recipe_audit.cards.build import CardError, CardOptions, seal
 from recipe_audit.cards.compute import CardRequest, compute_cards
+from recipe_audit.cards.digest import seal
+from recipe_audit.cards.model import CardError, CardOptions
+from recipe_audit.cards.tables import md_table
 
 CALIBRATION = "calibration"
 DOMAIN = "domain"
@@ -119,7 +121,6 @@ def shift_table(shift: dict[str, Any], markdown: bool = True) -> tuple[list[str]
 
 def shift_markdown(shift: dict[str, Any]) -> list[str]:
     """The Markdown lines of the card's shift section."""
-    from recipe_audit.cards.render import _md_table
 
     header, rows = shift_table(shift)
     return ["## Shift: calibration audit vs target audits", "",
@@ -127,4 +128,4 @@ def shift_markdown(shift: dict[str, Any]) -> list[str]:
             f"`{shift['calibration']}` is the calibration audit; a *domain shift* is the same task on "
             f"another distribution, a *task shift* another task's audit set. A card is valid only for "
             f"its own audit set: where a recipe was not scored the verdict is `refused-shift`.", "",
-            _md_table(header, rows), ""]
+            md_table(header, rows), ""]

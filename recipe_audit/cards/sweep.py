@@ -6,10 +6,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from recipe_audit.cards.build import CardOptions
 from recipe_audit.cards.compute import CardRequest, compute_cards
 from recipe_audit.cards.files import render_files
-from recipe_audit.cards.render import GRID_HEADER, cell_groups, rules_table, text_table, verdict_table
+from recipe_audit.cards.model import CardOptions
+from recipe_audit.cards.render import GRID_HEADER, cell_groups, rules_table, verdict_table
+from recipe_audit.cards.tables import text_table
 from recipe_audit.store import artifacts
 from recipe_audit.store.cards import log_card_runs, ui_experiment_link
 

@@ -28,15 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from recipe_audit.cards.build import (
-    CardError,
-    CardOptions,
-    audit_name,
-    content_digest,
-    document_digest,
-    is_legacy,
-    legacy_document_digest,
-)
+from recipe_audit.cards.digest import content_digest, document_digest, is_legacy, legacy_document_digest
+from recipe_audit.cards.model import CardError, CardOptions, audit_name
 
 HAND_EDITED = "hand-edited"
 OLD_DIGEST = "old-digest"

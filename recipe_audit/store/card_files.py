@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from recipe_audit.cards.build import CardError
 from recipe_audit.cards.files import file_sha256, validate
+from recipe_audit.cards.model import CardError
 from recipe_audit.cards.verify import CardFiles
 from recipe_audit.store import artifacts
 

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from recipe_audit import keys
-from recipe_audit.cards.build import CardError, seal
+from recipe_audit.cards.digest import seal
 from recipe_audit.cards.files import render_files
+from recipe_audit.cards.model import CardError
 from recipe_audit.cards.render import cell_groups
 
 TAG_VERDICT = keys.PREFIX + "verdict"
@@ -79,13 +80,13 @@ def card_key(cell_doc: dict[str, Any]) -> str:
     """What makes two card runs the same card: the card format, the options, and per entry its
     cell, τ and the digest of its reruns (16 hex digits). Two computations over the same reruns
     with the same options give the same key, whenever and however they were asked."""
-    from recipe_audit.cards.build import _canonical
+    from recipe_audit.cards.digest import canonical_json
 
     ident = {"schema": cell_doc.get("schema_version"), "software": (cell_doc.get("software") or {}).get("recipe_audit"),
              "options": cell_doc["options"],
              "cells": [[e["recipe_id"], sorted(e["group"].items()), e["audit_set"], e["metric"], float(e["tau"]),
                         e["digest"]] for e in cell_doc["cells"]]}
-    return hashlib.sha256(_canonical(ident)).hexdigest()[:16]
+    return hashlib.sha256(canonical_json(ident)).hexdigest()[:16]
 
 
 def card_run_name(cell_doc: dict[str, Any], key: str, attached_to: str | None = None) -> str:
@@ -219,8 +220,9 @@ def log_cell_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str, 
 
 def rerun_bar_tags(entries: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     """Per rerun (run id) of one cell, ``recipe_audit.fails.<metric>.tau_<τ>`` = ``true``/``false``
-    for each τ of the card: the rerun's own result against the bar (one that did not finish, or
-    has no value, fails every bar, as the card counts it)."""
+    (:func:`recipe_audit.keys.fails_tag`, the name the sweep writes too) for each τ of the card: the
+    rerun's own result against the bar (one that did not finish, or has no value, fails every bar,
+    as the card counts it)."""
     out: dict[str, dict[str, str]] = {}
     for e in entries:
         for r in e["reruns"]:
@@ -228,7 +230,7 @@ def rerun_bar_tags(entries: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
                 continue
             v = r["value"] if r["status"] == "FINISHED" else None
             fails = v is None or (v < e["tau"] if e["higher_is_better"] else v > e["tau"])
-            out.setdefault(r["run_id"], {})[f"{keys.PREFIX}fails.{e['metric']}.tau_{e['tau']:g}"] = str(fails).lower()
+            out.setdefault(r["run_id"], {})[keys.fails_tag(e["metric"], e["tau"])] = str(fails).lower()
     return out
 
 

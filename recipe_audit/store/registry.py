@@ -383,7 +383,7 @@ def _sub_document(doc: dict[str, Any], cells: Sequence[dict[str, Any]]) -> dict[
     about the other cells too)."""
     import copy
 
-    from recipe_audit.cards.build import seal
+    from recipe_audit.cards.digest import seal
 
     sub = {k: v for k, v in doc.items() if k not in ("split_audit", "responsiveness", "shift")}
     sub["cells"] = list(cells)
@@ -616,7 +616,7 @@ def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alia
     family was shipped; ``pointwise=True`` reads the pointwise verdict instead, for a recipe that
     was fixed before the sweep (the others were not candidates). A card whose family does not
     include its own recipe raises ``RegistryError``."""
-    from recipe_audit.cards.build import CardError
+    from recipe_audit.cards.model import CardError
     from recipe_audit.cards.verify import cell_key, verify_card
     from recipe_audit.store.card_files import read_card
 

@@ -75,7 +75,7 @@ class PreparedTask:
 _PREPARED: dict[tuple, PreparedTask] = {}
 
 
-def _encode(tokenizer, examples: tuple[Example, ...], max_length: int) -> Encoded:
+def encode_examples(tokenizer, examples: tuple[Example, ...], max_length: int) -> Encoded:
     import torch
 
     texts = [ex.text for ex in examples]
@@ -95,8 +95,8 @@ def prepare_task(tcfg: TaskConfig, mcfg: ModelConfig) -> PreparedTask:
         task = build_task(tcfg)
         tok = build_tokenizer(mcfg, task)
         _PREPARED[key] = PreparedTask(
-            task, tok, _encode(tok, task.train, mcfg.max_length),
-            {name: _encode(tok, exs, mcfg.max_length) for name, exs in task.audits.items()},
+            task, tok, encode_examples(tok, task.train, mcfg.max_length),
+            {name: encode_examples(tok, exs, mcfg.max_length) for name, exs in task.audits.items()},
         )
     return _PREPARED[key]
 

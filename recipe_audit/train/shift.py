@@ -12,7 +12,7 @@ Only audit settings change: the recipe identity (model, task, recipe sections) i
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,72 +31,27 @@ class ExtraAudit:
     encoded: Any  # ``loop.Encoded``
 
 
-_CONFIGS: dict[tuple[str, str], TaskConfig] = {}
 _ENCODED: dict[tuple, tuple[ExtraAudit, ...]] = {}
 
 
-def load_task_config(name: str, options: Mapping[str, Any] | None = None) -> TaskConfig:
-    """The ``TaskConfig`` of the task config file ``name`` (``conf/task/<name>.yaml``, or one on
-    the app's config search path when Hydra is running), with ``options`` merged into its
-    ``options``. Raises ``TaskError`` (one sentence) for an unknown name."""
-    from omegaconf import OmegaConf
+def prepare_extra_audits(task_configs: Sequence[TaskConfig], prepared, mcfg: ModelConfig) -> tuple[ExtraAudit, ...]:
+    """Build the other tasks (``audit.extra_tasks``, their configs as the app loaded them) and
+    encode all their audit sets with ``prepared.tokenizer``.
 
-    key = (name, repr(sorted((options or {}).items())))
-    if key in _CONFIGS:
-        return _CONFIGS[key]
-    node = None
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import MissingConfigException
+    Raises ``TaskError`` (one sentence) for the rerun's own task, or a task whose number of labels
+    differs from the rerun's (its predictions would mean nothing there)."""
+    from recipe_audit.train.loop import encode_examples
 
-    if GlobalHydra.instance().is_initialized():  # inside the app: its config search path
-        from hydra import compose
-
-        try:
-            node = compose(config_name="config", overrides=[f"task={name}"]).task
-        except MissingConfigException:
-            raise TaskError(f"audit.extra_tasks names '{name}', which is not a task config.") from None
-    if node is None:
-        from importlib import resources
-
-        path = resources.files("recipe_audit.conf").joinpath("task", f"{name}.yaml")
-        if not path.is_file():
-            raise TaskError(f"audit.extra_tasks names '{name}', which is not a task config.")
-        raw = OmegaConf.create(path.read_text(encoding="utf-8"))
-        raw.pop("defaults", None)
-        node = OmegaConf.merge(OmegaConf.structured(TaskConfig), raw)
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        node = OmegaConf.merge(OmegaConf.structured(TaskConfig), node)
-        if options:
-            node = OmegaConf.merge(node, {"options": dict(options)})
-        cfg = OmegaConf.to_object(node)
-    except OmegaConfBaseException as exc:  # e.g. the files task's required paths
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise TaskError(f"Task '{name}' of audit.extra_tasks cannot be configured: {first}") from None
-    _CONFIGS[key] = cfg
-    return cfg
-
-
-def prepare_extra_audits(names: Sequence[str], options: Mapping[str, Any], prepared, mcfg: ModelConfig
-                         ) -> tuple[ExtraAudit, ...]:
-    """Build the other tasks ``names`` and encode all their audit sets with ``prepared.tokenizer``.
-
-    Raises ``TaskError`` (one sentence) for an unknown task, the rerun's own task, or a task whose
-    number of labels differs from the rerun's (its predictions would mean nothing there)."""
-    from recipe_audit.train.loop import _encode
-
-    if not names:
+    if not task_configs:
         return ()
     own = prepared.task
-    key = (id(prepared), tuple(names), repr(sorted(options.items())), mcfg.max_length)
+    key = (id(prepared), repr(list(task_configs)), mcfg.max_length)
     if key in _ENCODED:
         return _ENCODED[key]
     out: list[ExtraAudit] = []
-    for name in dict.fromkeys(names):
-        tcfg = load_task_config(name, options)
+    for tcfg in task_configs:
         if tcfg.name == own.name:
-            raise TaskError(f"audit.extra_tasks names the rerun's own task '{name}'; its audit sets are "
+            raise TaskError(f"audit.extra_tasks names the rerun's own task '{tcfg.name}'; its audit sets are "
                             f"already scored (audit.sets).")
         task = build_task(tcfg)
         if task.num_labels != own.num_labels:
@@ -104,6 +59,6 @@ def prepare_extra_audits(names: Sequence[str], options: Mapping[str, Any], prepa
                             f"'{own.name}' has {own.num_labels}, so the model cannot be scored on it.")
         for audit, examples in task.audits.items():
             out.append(ExtraAudit(keys.task_shift_audit(tcfg.name, audit), task, audit,
-                                  _encode(prepared.tokenizer, examples, mcfg.max_length)))
+                                  encode_examples(prepared.tokenizer, examples, mcfg.max_length)))
     _ENCODED[key] = tuple(out)
     return _ENCODED[key]

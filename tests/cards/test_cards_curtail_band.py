@@ -9,9 +9,10 @@ import pytest
 from helpers.store import synthetic_sweep
 
 from recipe_audit import keys, stats
-from recipe_audit.cards.build import CardOptions, Cell, build_document
+from recipe_audit.cards.build import build_document
 from recipe_audit.cards.compute import CardRequest, compute_cards
 from recipe_audit.cards.files import render_files, validate
+from recipe_audit.cards.model import CardOptions, Cell
 
 
 def _card(uri, **kw):
@@ -170,7 +171,7 @@ def test_band_method_option():
     assert b["sample_floor"] == 112 and ks["options"]["band_method"] == "exact-ks"
     dkw = _doc([_cell(vals)], band_method="dkw")["cells"][0]["band"]
     assert dkw["fallback"] and "fallback" in dkw["label"] and dkw["sample_floor"] == 116
-    from recipe_audit.cards.build import CardError
+    from recipe_audit.cards.model import CardError
 
     with pytest.raises(CardError, match="band_method"):
         CardOptions(taus=(0.7,), band_method="wilson")

@@ -8,9 +8,9 @@ import io
 import pytest
 from helpers.store import synthetic_sweep
 
-from recipe_audit.cards.build import CardError, CardOptions
 from recipe_audit.cards.compute import CardRequest, compute_cards
 from recipe_audit.cards.files import validate
+from recipe_audit.cards.model import CardError, CardOptions
 from recipe_audit.cards.render import to_markdown
 from recipe_audit.cards.sweep import print_summary, summary_markdown
 from recipe_audit.stats import anytime_bound, family_bounds, tail_bound
@@ -123,7 +123,7 @@ def test_a_curtailed_sweep_cannot_be_read_as_open_ended():
     import numpy as np
 
     from recipe_audit.cards.anytime import apply_anytime
-    from recipe_audit.cards.build import Cell
+    from recipe_audit.cards.model import Cell
 
     cell = Cell(group={}, recipe_id="a" * 16, recipe_summary="", audit_set="calibration",
                 metric="accuracy/calibration", seeds=(0,), values=np.array([0.9]), run_ids=("r",),

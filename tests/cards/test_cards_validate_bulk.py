@@ -12,7 +12,8 @@ import pytest
 
 from recipe_audit.cards import files as store
 from recipe_audit.cards import schemas
-from recipe_audit.cards.build import CardError, CardOptions, Cell, build_document
+from recipe_audit.cards.build import build_document
+from recipe_audit.cards.model import CardError, CardOptions, Cell
 
 
 def _doc(n: int = 300) -> dict:

@@ -7,7 +7,8 @@ import io
 
 import numpy as np
 
-from recipe_audit.cards.build import CardOptions, Cell, build_document
+from recipe_audit.cards.build import build_document
+from recipe_audit.cards.model import CardOptions, Cell
 from recipe_audit.cards.render import RULE_LABELS, to_markdown
 from recipe_audit.cards.sweep import print_summary, story
 

@@ -1,0 +1,127 @@
+"""What a recipe card is computed from and asked: the reruns of one cell (:class:`Cell`) and the
+question (:class:`CardOptions`), frozen and typed, with the one error a card raises."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from recipe_audit import keys, stats
+
+SCHEMA_VERSION = "1.1"
+CARD_KIND = "recipe_card"
+DIGEST_SCHEME = "content+artifacts/2"
+"""The card digest of every card written since schema 1.1 (see :func:`document_digest`)."""
+DEFAULT_BOOTSTRAP_B = 2000
+DEFAULT_BOOTSTRAP_SEED = 0
+
+
+class CardError(ValueError):
+    """A card cannot be computed from this input (one sentence)."""
+
+
+@dataclass(frozen=True)
+class CardOptions:
+    """What a card is asked: bars, budget, risk, and how unfinished reruns are treated."""
+
+    taus: tuple[float, ...]
+    eps: float = 0.10
+    delta: float = 0.10
+    higher_is_better: bool = True
+    unfinished: str = "fail"  # "fail": unfinished reruns are failures; "refuse": no card
+    bootstrap_B: int = DEFAULT_BOOTSTRAP_B
+    bootstrap_seed: int = DEFAULT_BOOTSTRAP_SEED
+    band_method: str = "auto"  # the simultaneous band: auto | exact-cp | exact-ks | dkw
+    family_size: int | None = None  # M stated by the user (default: the recipe identities counted)
+    anytime: bool = False  # read every cell as an open-ended sweep (the confidence sequence)
+
+    def __post_init__(self) -> None:
+        if not self.taus:
+            raise CardError("Ask for at least one release bar tau.")
+        for t in self.taus:
+            if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
+                raise CardError(f"The release bar tau must be a finite number, not {t!r}.")
+        for name, v in (("eps", self.eps), ("delta", self.delta)):
+            if not isinstance(v, (int, float)) or not 0 < v < 1:
+                raise CardError(f"{name} must lie strictly between 0 and 1, not {v}.")
+        if self.unfinished not in ("fail", "refuse"):
+            raise CardError(f"unfinished must be 'fail' or 'refuse', not {self.unfinished!r}.")
+        if self.bootstrap_B < 1:
+            raise CardError("The bootstrap needs at least one resample.")
+        if self.band_method not in ("auto", *stats.BAND_METHODS):
+            raise CardError(f"band_method must be one of auto, {', '.join(stats.BAND_METHODS)}, "
+                            f"not {self.band_method!r}.")
+        if self.family_size is not None and (isinstance(self.family_size, bool) or
+                                             not isinstance(self.family_size, int) or self.family_size < 1):
+            raise CardError(f"The family size M must be a whole number of recipes, at least 1, not {self.family_size!r}.")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The reruns of one cell, ready for cards (built from a ``reruns.RerunSet``)."""
+
+    group: dict[str, Any]
+    recipe_id: str | None
+    recipe_summary: str
+    audit_set: str | None
+    metric: str
+    seeds: tuple[Any, ...]
+    values: np.ndarray  # aligned with seeds; NaN for unfinished
+    run_ids: tuple[str | None, ...]
+    statuses: tuple[str, ...]
+    unfinished: tuple[tuple[Any, str, str | None], ...] = ()
+    duplicates: tuple = ()  # reruns.Duplicate per re-run seed
+    disagreeing_duplicates: tuple[Any, ...] = ()
+    sweep_run_ids: tuple[str, ...] = ()
+    planned_seeds: tuple[Any, ...] = ()
+    digest: str = ""
+    # set when the recipe was never scored on this audit set (no verdict is carried over)
+    shift_refusal: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def label(self) -> str:
+        parts = [f"{k.split('.')[-1]}={v}" for k, v in self.group.items()]
+        if self.recipe_id:
+            name = self.recipe_summary.split(":", 1)[0] if self.recipe_summary else "recipe"
+            parts.insert(0, f"{name} [{self.recipe_id[:8]}]")
+        return ", ".join(parts) or "all runs"
+
+
+def audit_set_of(metric: str) -> str | None:
+    """``accuracy/shift_x`` -> ``shift_x``: the audit set a recipe_audit metric key names."""
+    prefix = keys.accuracy_key("")
+    return metric[len(prefix):] if metric.startswith(prefix) else None
+
+
+def audit_name(metric: str) -> str:
+    """The name a card gives its audit set: the audit set a recipe_audit metric key names
+    (``accuracy/shift_x`` -> ``shift_x``), else the metric itself (``val_acc``)."""
+    return audit_set_of(metric) or metric
+
+
+def cell_from_rerun_set(rs, recipe_summary: str = "", audit_set: str | None = None) -> Cell:
+    """Adapt a ``reruns.RerunSet``. When *no* rerun of the cell ever logged the metric, the
+    recipe was not measured on that audit set and the cell refuses."""
+    reasons = [u[1] for u in rs.unfinished]
+    refusal = None
+    if rs.n and reasons.count("missing-metric") == rs.n:
+        what = f"audit set '{audit_set}'" if audit_set else f"metric '{rs.metric_key}'"
+        refusal = (f"None of the {rs.n} reruns of this recipe was scored on {what}; "
+                   f"no card can be carried over from another audit set.")
+    return Cell(
+        group=dict(rs.group), recipe_id=rs.recipe_id, recipe_summary=recipe_summary,
+        audit_set=audit_set if audit_set is not None else audit_name(rs.metric_key),
+        metric=rs.metric_key, seeds=tuple(rs.seeds), values=np.asarray(rs.values, dtype=float),
+        run_ids=tuple(rs.run_ids), statuses=tuple(rs.statuses), unfinished=tuple(rs.unfinished),
+        duplicates=tuple(rs.duplicates), disagreeing_duplicates=tuple(rs.disagreeing_duplicates),
+        sweep_run_ids=tuple(rs.sweep_run_ids), planned_seeds=tuple(rs.planned_seeds),
+        digest=rs.digest(), shift_refusal=refusal,
+    )

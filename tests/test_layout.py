@@ -1,0 +1,166 @@
+"""The package's rooms and who may import what, read from the source (every import, including
+those inside functions): the layout is the data path, configs -> train -> store -> reruns ->
+stats -> cards -> store / registry, with one door to each framework.
+
+* ``recipe_audit.app`` (and the ``hydra_plugins`` registrations) is the only importer of Hydra
+  and OmegaConf;
+* ``recipe_audit.store`` is the only importer of MLflow and SQLAlchemy;
+* ``recipe_audit.stats`` imports the standard library, NumPy and SciPy only;
+* ``recipe_audit.cards`` and ``recipe_audit.stats`` import no training code (torch & co.);
+* no two modules import each other, directly or through others.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ROOTS = ("recipe_audit", "hydra_plugins")
+TRAINING = ("torch", "transformers", "peft", "accelerate", "datasets")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for root in ROOTS:
+        for path in sorted((REPO / root).rglob("*.py")):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, int]]:
+    """(imported module, line) for every import statement in the module, at any depth; ``from
+    package import module`` counts as importing the module (not the package's ``__init__``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{name}:{node.lineno}: a relative import"
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                found.append((sub if sub in MODULES else node.module, node.lineno))
+    return found
+
+
+IMPORTS = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _in(name: str, *rooms: str) -> bool:
+    return any(name == r or name.startswith(r + ".") for r in rooms)
+
+
+def _offenders(allowed_rooms: tuple[str, ...], forbidden) -> list[str]:
+    return [f"{name}:{line} imports {mod}" for name, found in IMPORTS.items() for mod, line in found
+            if forbidden(mod) and not _in(name, *allowed_rooms)]
+
+
+def test_the_walk_sees_the_package():
+    assert len(MODULES) > 60 and "recipe_audit.store.tracking" in MODULES and "recipe_audit.stats.exact" in MODULES
+    assert any(mod == "mlflow.tracking" for mod, _ in IMPORTS["recipe_audit.store.tracking"] + [
+        m for n in MODULES if n.startswith("recipe_audit.store") for m in IMPORTS[n]])
+
+
+def test_only_app_imports_hydra_and_omegaconf():
+    assert _offenders(("recipe_audit.app", "hydra_plugins"), lambda m: _top(m) in ("hydra", "omegaconf")) == []
+
+
+def test_only_store_imports_mlflow_and_sqlalchemy():
+    assert _offenders(("recipe_audit.store",), lambda m: _top(m) in ("mlflow", "sqlalchemy")) == []
+
+
+def test_stats_is_numpy_and_scipy_only():
+    stdlib = sys.stdlib_module_names
+    bad = [f"{name}:{line} imports {mod}" for name, found in IMPORTS.items() if _in(name, "recipe_audit.stats")
+           for mod, line in found
+           if not (_top(mod) in stdlib or _top(mod) in ("numpy", "scipy") or _in(mod, "recipe_audit.stats"))]
+    assert bad == []
+
+
+def test_cards_and_stats_import_no_training_code():
+    bad = _offenders(tuple(n for n in MODULES if not _in(n, "recipe_audit.cards", "recipe_audit.stats")),
+                     lambda m: _top(m) in TRAINING or _in(m, "recipe_audit.train", "recipe_audit.app"))
+    assert bad == []
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    graph = defaultdict(set)
+    for name, found in IMPORTS.items():
+        graph[name] |= {mod for mod, _ in found if mod in MODULES and mod != name}
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for start in sorted(MODULES):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter[0]
+        counter[0] += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+def test_no_import_cycles():
+    assert _cycles() == []
+
+
+@pytest.mark.parametrize("a, b", [("recipe_audit.stats.bounds", "recipe_audit.stats.verdicts")])
+def test_the_cycle_finder_finds_a_cycle(monkeypatch, a, b):
+    """The finder itself: an import added from ``b`` back to ``a``'s importer is a cycle."""
+    monkeypatch.setitem(IMPORTS, a, [*IMPORTS[a], (b, 0)])
+    monkeypatch.setitem(IMPORTS, b, [*IMPORTS[b], (a, 0)])
+    assert any(a in c and b in c for c in _cycles())
+
+
+def test_no_private_name_is_imported_from_another_module():
+    """``from recipe_audit.x import _helper`` in another module means the helper is shared: it
+    gets a public name (a private module such as ``stats._validate`` may be imported within its
+    own package)."""
+    bad = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and _top(node.module) in ROOTS:
+                bad += [f"{name}:{node.lineno} imports {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")
+                        and f"{node.module}.{a.name}" not in MODULES]
+    assert bad == []
