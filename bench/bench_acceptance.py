@@ -24,12 +24,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from recipe_audit.stats import acceptance as sa  # noqa: E402
+from recipe_audit.stats import acceptance as gates  # noqa: E402
 
 Q, TEMPLATES, B, TARGET = 80, 6, 5000, 20.0
 
 
-def make_records(seed: int = 20240611) -> sa.PairedRecords:
+def make_records(seed: int = 20240611) -> gates.PairedRecords:
     """80 questions × 6 templates × 2 framings × 2 cells; a question-level difficulty shared by its
     templates (correlated templates); baseline gap ≈ 0.35, defense gap ≈ 0.15."""
     rng = np.random.default_rng(seed)
@@ -42,10 +42,10 @@ def make_records(seed: int = 20240611) -> sa.PairedRecords:
                 for t in range(TEMPLATES):
                     rows.append((q, t, defense, deploy, int(rng.random() < p)))
     q, t, d, dp, c = map(np.array, zip(*rows, strict=True))
-    return sa.PairedRecords.from_columns(q, t, d, dp, c)
+    return gates.PairedRecords.from_columns(q, t, d, dp, c)
 
 
-def naive_loop(recs: sa.PairedRecords, B: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def naive_loop(recs: gates.PairedRecords, B: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     Qn = recs.n_questions
     rows_of = [np.flatnonzero(recs.question == i) for i in range(Qn)]
@@ -82,16 +82,16 @@ def main() -> int:
     print(f"gate (a): {recs.n_questions} questions × {TEMPLATES} templates × 2 framings = {per_cell} evaluations per "
           f"cell, {a.resamples} resamples, seed 0")
 
-    dist = sa.cluster_bootstrap(recs, B=a.resamples, rng=0)
+    dist = gates.cluster_bootstrap(recs, B=a.resamples, rng=0)
     dg, dd = naive_loop(recs, a.resamples, 0)
     same = np.allclose(dist.delta_gap, dg, rtol=0, atol=1e-12) and np.allclose(dist.delta_deploy, dd, rtol=0, atol=1e-12)
     print(f"same resamples, same Δgap/Δdeploy draws as the loop: {same}")
 
     # best of several runs each (the vectorised side is ~ms, so it gets more repeats against noise)
-    t_vec = best_of(lambda: sa.gate_a(recs, B=a.resamples, rng=0, item_level=False), 5 * a.repeats)
-    t_vec_item = best_of(lambda: sa.gate_a(recs, B=a.resamples, rng=0, item_level=True), 5 * a.repeats)
+    t_vec = best_of(lambda: gates.gate_a(recs, B=a.resamples, rng=0, item_level=False), 5 * a.repeats)
+    t_vec_item = best_of(lambda: gates.gate_a(recs, B=a.resamples, rng=0, item_level=True), 5 * a.repeats)
     t_loop = best_of(lambda: naive_loop(recs, a.resamples, 0), max(1, a.repeats - 1))
-    g = sa.gate_a(recs, B=a.resamples, rng=0)
+    g = gates.gate_a(recs, B=a.resamples, rng=0)
     ratio = t_loop / t_vec
     print(f"per-resample Python loop: {t_loop * 1e3:9.1f} ms")
     print(f"vectorised gate_a:        {t_vec * 1e3:9.1f} ms   (with the item-level comparison: {t_vec_item * 1e3:.1f} ms)")

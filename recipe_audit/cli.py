@@ -201,7 +201,7 @@ def cmd_card(a: argparse.Namespace) -> int:
     from recipe_audit.cards.compute import CardRequest, compute_cards
     from recipe_audit.cards.files import render_files, write_json
     from recipe_audit.cards.model import CardOptions
-    from recipe_audit.cards.sweep import print_summary
+    from recipe_audit.cards.sweep import print_card_summary
     from recipe_audit.store.cards import log_cell_card_runs
 
     opts = CardOptions(taus=taus, eps=a.eps, delta=a.delta,
@@ -241,7 +241,7 @@ def cmd_card(a: argparse.Namespace) -> int:
                          f"{exc.strerror or exc}.") from None
     for note in notes:  # after the card: an error is the one line on stderr
         print(f"recipe-audit: note: {note}", file=sys.stderr)
-    print_summary(doc, files)
+    print_card_summary(doc, files)
     if shift:
         from recipe_audit.cards.shift import shift_table
         from recipe_audit.cards.tables import text_table

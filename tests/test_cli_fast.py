@@ -70,10 +70,10 @@ def test_help_states_the_true_defaults():
 
 def test_acceptance_help_defaults_are_the_statistics_defaults():
     from recipe_audit.commands import acceptance as cmd
-    from recipe_audit.stats import acceptance as sa
+    from recipe_audit.stats import acceptance as gates
 
     for name in ("MECHANISM_CLASSES", "DEFAULT_BOUNDARY", "DEFAULT_RESAMPLES", "DEFAULT_LEVEL", "DEFAULT_MARGIN"):
-        assert getattr(cmd, name) == getattr(sa, name), name
+        assert getattr(cmd, name) == getattr(gates, name), name
 
 
 def test_no_help_cites_the_spec():

@@ -21,7 +21,7 @@ from recipe_audit.acceptance.records import (
     read_records,
     records_digest,
 )
-from recipe_audit.stats import acceptance as sa
+from recipe_audit.stats import acceptance as gates
 
 __all__ = ["AcceptanceError", "AcceptanceRequest", "Pair", "attach_mechanisms", "evaluate_pairs", "run_acceptance"]
 
@@ -56,12 +56,12 @@ class AcceptanceRequest:
     mechanism: str | None = None
     alphas: str | None = None
     claimed_class: str | None = None
-    resamples: int = sa.DEFAULT_RESAMPLES
+    resamples: int = gates.DEFAULT_RESAMPLES
     seed: int = 0
-    level: float = sa.DEFAULT_LEVEL
-    sensitivity_level: float = sa.SENSITIVITY_LEVEL
-    boundary: float = sa.DEFAULT_BOUNDARY
-    margin: float = sa.DEFAULT_MARGIN
+    level: float = gates.DEFAULT_LEVEL
+    sensitivity_level: float = gates.SENSITIVITY_LEVEL
+    boundary: float = gates.DEFAULT_BOUNDARY
+    margin: float = gates.DEFAULT_MARGIN
     item_level: bool = True
     records_experiment: str | None = None
     records_table: str = "eval_records.json"
@@ -139,10 +139,10 @@ def _check_cells(df: pd.DataFrame, pairs: Sequence[Pair]) -> None:
 
 
 def evaluate_pairs(df: pd.DataFrame, pairs: Sequence[Pair], *, task: str, cross_task: str | None = None,
-                   mechanisms: Mapping | None = None, resamples: int = sa.DEFAULT_RESAMPLES, seed: int = 0,
-                   level: float = sa.DEFAULT_LEVEL, sensitivity_level: float = sa.SENSITIVITY_LEVEL,
-                   boundary: float = sa.DEFAULT_BOUNDARY, margin: float = sa.DEFAULT_MARGIN,
-                   item_level: bool = True) -> list[sa.AcceptanceResult]:
+                   mechanisms: Mapping | None = None, resamples: int = gates.DEFAULT_RESAMPLES, seed: int = 0,
+                   level: float = gates.DEFAULT_LEVEL, sensitivity_level: float = gates.SENSITIVITY_LEVEL,
+                   boundary: float = gates.DEFAULT_BOUNDARY, margin: float = gates.DEFAULT_MARGIN,
+                   item_level: bool = True) -> list[gates.AcceptanceResult]:
     """Run the four gates for each pair on validated records ``df``; gate (c) from ``mechanisms``
     (cell -> :class:`~.mechanism.CellMechanism`), missing for cells without one."""
     mechanisms = mechanisms or {}
@@ -152,21 +152,21 @@ def evaluate_pairs(df: pd.DataFrame, pairs: Sequence[Pair], *, task: str, cross_
         fresh = paired_records(df, p.defense, p.baseline, task, FRESH)
         if held is None and fresh is None:
             raise AcceptanceError(f"Cells '{p.defense}' and '{p.baseline}' have no records on task '{task}'.")
-        primary = sa.installability(held if held is not None else fresh)
+        primary = gates.installability(held if held is not None else fresh)
         missing = {}
         a = b = c = d = None
         if held is not None:
-            a = sa.gate_a(held, B=resamples, rng=int(seed), level=level, sensitivity_level=sensitivity_level,
+            a = gates.gate_a(held, B=resamples, rng=int(seed), level=level, sensitivity_level=sensitivity_level,
                           item_level=item_level)
         else:
             missing["a"] = f"no held-out records for these cells on task '{task}'"
         if fresh is not None:
-            b = sa.gate_b(fresh)
+            b = gates.gate_b(fresh)
         else:
             missing["b"] = f"no fresh-subject records for these cells on task '{task}'"
         mech = mechanisms.get(p.defense)
         if mech is not None:
-            c = sa.gate_c(mech.signature, mech.claimed_class, boundary=boundary, notes=mech.notes)
+            c = gates.gate_c(mech.signature, mech.claimed_class, boundary=boundary, notes=mech.notes)
         else:
             missing["c"] = _NO_MECHANISM
         if cross_task is not None:
@@ -175,15 +175,15 @@ def evaluate_pairs(df: pd.DataFrame, pairs: Sequence[Pair], *, task: str, cross_
             if xs is None:
                 raise AcceptanceError(f"Cells '{p.cross_defense}' and '{p.cross_baseline}' have no records on the "
                                       f"cross task '{cross_task}'.")
-            d = sa.gate_d(held if held is not None else fresh, xs, restricted=p.restricted, margin=margin)
+            d = gates.gate_d(held if held is not None else fresh, xs, restricted=p.restricted, margin=margin)
         else:
             missing["d"] = "no cross task was given (--cross-task)"
-        results.append(sa.acceptance(primary, a=a, b=b, c=c, d=d, missing_reasons=missing))
+        results.append(gates.acceptance(primary, a=a, b=b, c=c, d=d, missing_reasons=missing))
     return results
 
 
-def attach_mechanisms(results: Sequence[sa.AcceptanceResult], pairs: Sequence[Pair], mechanisms: Mapping, *,
-                      boundary: float = sa.DEFAULT_BOUNDARY) -> list[sa.AcceptanceResult]:
+def attach_mechanisms(results: Sequence[gates.AcceptanceResult], pairs: Sequence[Pair], mechanisms: Mapping, *,
+                      boundary: float = gates.DEFAULT_BOUNDARY) -> list[gates.AcceptanceResult]:
     """Add gate (c) to results computed without it, from ``mechanisms`` (cell -> CellMechanism)."""
     out = []
     for res, p in zip(results, pairs, strict=True):
@@ -191,7 +191,7 @@ def attach_mechanisms(results: Sequence[sa.AcceptanceResult], pairs: Sequence[Pa
         if mech is None:
             out.append(res)
             continue
-        c = sa.gate_c(mech.signature, mech.claimed_class, boundary=boundary, notes=mech.notes)
+        c = gates.gate_c(mech.signature, mech.claimed_class, boundary=boundary, notes=mech.notes)
         reasons = tuple((g, r) for g, r in res.missing_reasons if g != "c")
         out.append(replace(res, c=c, missing_reasons=reasons))
     return out
@@ -217,7 +217,7 @@ def run_acceptance(req: AcceptanceRequest, *, records: pd.DataFrame | None = Non
         raise AcceptanceError(f"The degeneracy margin must lie in [0, 0.5), not {req.margin}.")
     if not req.boundary > 0:
         raise AcceptanceError(f"The ρ_AT boundary must be positive, not {req.boundary}.")
-    if req.claimed_class is not None and req.claimed_class not in sa.MECHANISM_CLASSES:
+    if req.claimed_class is not None and req.claimed_class not in gates.MECHANISM_CLASSES:
         raise AcceptanceError(f"The claimed class must be 'shrinkage' or 'attack-targeted', not {req.claimed_class!r}.")
     if req.mechanism and req.alphas:
         raise AcceptanceError("Give the mechanism inputs as weights (--mechanism) or as α (--alphas), not both.")
@@ -272,9 +272,9 @@ def run_acceptance(req: AcceptanceRequest, *, records: pd.DataFrame | None = Non
     source = {"records": sources, "n_records": int(len(df)), "records_digest": records_digest(df),
               "mechanism": mech_source, **req.extra_source}
     options = {"resamples": int(req.resamples), "seed": int(req.seed), "level": float(req.level),
-               "sensitivity_level": float(req.sensitivity_level), "se_multiplier": sa.SE_MULTIPLIER,
-               "screen_se_multiplier": sa.SCREEN_SE_MULTIPLIER, "boundary": float(req.boundary),
-               "sensitivity_boundaries": list(sa.SENSITIVITY_BOUNDARIES), "degenerate_margin": float(req.margin),
+               "sensitivity_level": float(req.sensitivity_level), "se_multiplier": gates.SE_MULTIPLIER,
+               "screen_se_multiplier": gates.SCREEN_SE_MULTIPLIER, "boundary": float(req.boundary),
+               "sensitivity_boundaries": list(gates.SENSITIVITY_BOUNDARIES), "degenerate_margin": float(req.margin),
                "primary_task": task, "cross_task": req.cross_task, "item_level_comparison": bool(req.item_level)}
     mech_inputs = {c: m.inputs for c, m in mechanisms.items()}
     return card.build_document(pairs, results, options=options, source=source, mechanism_inputs=mech_inputs)

@@ -32,7 +32,7 @@ Pieces (everything generated offline from seeds; nothing is downloaded):
   table ``eval_records.json`` of the job's run; the adapter (with the base fingerprint) as the
   artifact ``adapter``. The run is opened and closed by the sweep callback
   (``AcceptanceSweepCallback``) as a rerun's is, and written through ``tracking.RerunLogger``.
-* **Card** (:func:`card_for_sweep`, at multirun end in the launching process): one acceptance card
+* **Card** (:func:`acceptance_card_for_sweep`, at multirun end in the launching process): one acceptance card
   per defense cell against the baseline of the same seed, the progressive filter and the
   threshold sensitivity across cells, the plots; gate (c) from the logged adapters and the cached
   base on the calibration items.
@@ -66,7 +66,7 @@ __all__ = [
     "SLICE",
     "Item",
     "build_data",
-    "card_for_sweep",
+    "acceptance_card_for_sweep",
     "ensure_base",
     "run_cell",
     "run_cell_job",
@@ -623,7 +623,7 @@ def acceptance_document(runs: list, exp: dict, tracking_uri: str, base_dir: Path
     return doc, per_cell
 
 
-def card_for_sweep(sweep, exp: dict, sweep_dir: Path | None = None) -> dict | None:
+def acceptance_card_for_sweep(sweep, exp: dict, sweep_dir: Path | None = None) -> dict | None:
     """At multirun end: the acceptance cards of the sweep's finished cells (``exp``: the
     experiment's config), written under ``sweep_dir/acceptance_card`` and logged as artifacts of
     a card run (nested under the sweep)."""
@@ -660,12 +660,12 @@ def card_for_sweep(sweep, exp: dict, sweep_dir: Path | None = None) -> dict | No
         tags[f"recipe_audit.acceptance.{c['defense']}"] = c["verdict"]
     run_id = tracking.log_sweep_files_run(sweep, f"acceptance-card-{sweep.sweep_id}", tags, out,
                                           {"card_seconds": time.perf_counter() - t0})
-    print_summary(doc)
+    print_acceptance_summary(doc)
     print(f"Acceptance card in {out}; card run {run_id}")
     return doc
 
 
-def print_summary(doc: dict, stream=None) -> None:
+def print_acceptance_summary(doc: dict, stream=None) -> None:
     stream = stream or sys.stdout
     print("\nAcceptance cards (primary task mcq, cross task syco):", file=stream)
     print(f"{'cell':<20} {'verdict':<18} {'a':<10} {'b':<10} {'c':<10} {'d':<10}", file=stream)

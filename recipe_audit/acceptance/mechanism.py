@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from recipe_audit.acceptance.records import is_mlflow_uri
-from recipe_audit.stats import acceptance as sa
+from recipe_audit.stats import acceptance as gates
 from recipe_audit.stats.errors import StatsInputError
 
 __all__ = [
@@ -215,7 +215,7 @@ class MechanismSpec:
         if cls is None:
             raise MechanismError(f"The mechanism config declares no claimed class for cell '{cell}'; set "
                                  f"claimed_class to 'shrinkage' or 'attack-targeted'.")
-        if cls not in sa.MECHANISM_CLASSES:
+        if cls not in gates.MECHANISM_CLASSES:
             raise MechanismError(f"The claimed class of cell '{cell}' is '{cls}'; use 'shrinkage' or 'attack-targeted'.")
         return cls
 
@@ -665,7 +665,7 @@ def update_vector(base, names: Sequence[str], *, adapter=None, finetuned=None, m
 class CellMechanism:
     """Diagnostic (c)'s inputs for one cell: the signature, the claimed class, and notes."""
 
-    signature: sa.MechanismSignature
+    signature: gates.MechanismSignature
     claimed_class: str
     notes: tuple[str, ...] = ()
     inputs: dict[str, Any] = field(default_factory=dict)
@@ -699,13 +699,13 @@ def mechanism_from_models(base, tokenizer, items: Sequence[CalibrationItem], sli
     out = {}
     for cell, upd in updates.items():
         cls = claimed_class.get(cell) if isinstance(claimed_class, dict) else claimed_class
-        if cls not in sa.MECHANISM_CLASSES:
+        if cls not in gates.MECHANISM_CLASSES:
             raise MechanismError(f"The claimed class of cell '{cell}' must be 'shrinkage' or 'attack-targeted', not {cls!r}.")
         dw, outside, notes = update_vector(base, names, adapter=upd.get("adapter"), finetuned=upd.get("finetuned"),
                                            model_type=model_type, tracking_uri=tracking_uri)
         kind = "LoRA adapter (merged − base)" if upd.get("adapter") is not None else "full fine-tune (fine-tuned − base)"
         try:
-            sig = sa.mechanism_signature(dw, v_t, v_a, names=segs, source=f"weights: {kind}")
+            sig = gates.mechanism_signature(dw, v_t, v_a, names=segs, source=f"weights: {kind}")
         except StatsInputError as exc:
             raise MechanismError(f"Cell '{cell}': {exc}") from None
         out[cell] = CellMechanism(signature=sig, claimed_class=cls, notes=_notes_for(outside, notes),
@@ -764,10 +764,10 @@ def read_alphas(path: str | Path, defense_cells: Sequence[str], *, claimed_class
         if cls is None:
             raise MechanismError(f"No claimed class for cell '{cell}': declare claimed_class in {p.name} or "
                                  f"--claimed-class.")
-        if cls not in sa.MECHANISM_CLASSES:
+        if cls not in gates.MECHANISM_CLASSES:
             raise MechanismError(f"The claimed class of cell '{cell}' is '{cls}'; use 'shrinkage' or 'attack-targeted'.")
         try:
-            sig = sa.signature_from_alphas(v["alpha_T"], v["alpha_A"], dot_T=v.get("dot_T"), dot_A=v.get("dot_A"),
+            sig = gates.signature_from_alphas(v["alpha_T"], v["alpha_A"], dot_T=v.get("dot_T"), dot_A=v.get("dot_A"),
                                            norm_T=v.get("norm_T"), norm_A=v.get("norm_A"),
                                            norm_update=v.get("norm_update"), source=f"given α ({p.name})")
         except StatsInputError as exc:

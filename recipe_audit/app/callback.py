@@ -803,7 +803,7 @@ class AcceptanceSweepCallback(RecipeAuditCallback):
             super()._report(job, outcome)
 
     def _cards(self, sweep, config: DictConfig) -> None:
-        from recipe_audit.acceptance.experiment import card_for_sweep
+        from recipe_audit.acceptance.experiment import acceptance_card_for_sweep
 
-        card_for_sweep(sweep, OmegaConf.to_container(config.experiment, resolve=True),
+        acceptance_card_for_sweep(sweep, OmegaConf.to_container(config.experiment, resolve=True),
                        Path(str(config.hydra.sweep.dir)))

@@ -23,7 +23,7 @@ from typing import Any
 from recipe_audit.cards import schemas
 from recipe_audit.cards.build import installed_versions
 from recipe_audit.cards.tables import md_table
-from recipe_audit.stats import acceptance as sa
+from recipe_audit.stats import acceptance as gates
 
 __all__ = [
     "CARD_KIND",
@@ -81,59 +81,59 @@ def _num(x):
 
 
 def _missing(reason: str) -> dict[str, Any]:
-    return {"status": sa.MISSING, "statistic": None, "threshold": None, "reason": f"Not run: {reason.rstrip('.')}."}
+    return {"status": gates.MISSING, "statistic": None, "threshold": None, "reason": f"Not run: {reason.rstrip('.')}."}
 
 
-def weaker_claims(res: sa.AcceptanceResult, *, cross_task: str | None = None) -> list[str]:
+def weaker_claims(res: gates.AcceptanceResult, *, cross_task: str | None = None) -> list[str]:
     """The claims that survive even when the full card does not pass (none when undefined)."""
     if not res.primary.installable:
         return []
     out = []
-    if res.a is not None and res.a.status == sa.PASS:
+    if res.a is not None and res.a.status == gates.PASS:
         lo, hi = res.a.ci_gap
         out.append(f"gap reduction statistically reliable on the held-out split (a): Δgap = {res.a.delta_gap:.4f}, "
                    f"{res.a.level:.0%} question-clustered interval [{lo:.4f}, {hi:.4f}] below 0")
     if res.b is not None:
-        if res.b.status == sa.PASS:
+        if res.b.status == gates.PASS:
             out.append(f"gap reduction holds on fresh subjects under both paired and independent standard errors "
                        f"(b): Δgap = {res.b.delta_gap:.4f}")
         elif res.b.paired_only_pass:
             out.append(f"gap reduction on fresh subjects under the paired standard error only (the paired half of "
                        f"(b)): Δgap + {res.b.multiplier:g}·SE_paired = {res.b.bound_paired:.4f} < 0")
-    if res.c is not None and res.c.status == sa.PASS:
+    if res.c is not None and res.c.status == gates.PASS:
         out.append(f"the update's parameter-space signature matches the claimed {res.c.claimed_class} mechanism "
                    f"(c): ρ_AT = {res.c.signature.rho:.4f}")
-    if res.d is not None and res.d.status in (sa.PASS, sa.CAVEAT):
+    if res.d is not None and res.d.status in (gates.PASS, gates.CAVEAT):
         where = f" to task '{cross_task}'" if cross_task else ""
-        extra = ", with a restricted recipe variant (caveat)" if res.d.status == sa.CAVEAT else ""
+        extra = ", with a restricted recipe variant (caveat)" if res.d.status == gates.CAVEAT else ""
         out.append(f"the reduction transfers{where} with a comparable size (d){extra}: Γ_P = {res.d.gamma_P:.4f}, "
                    f"Γ_X = {res.d.gamma_X:.4f}")
     return out
 
 
-def _verdict_reason(res: sa.AcceptanceResult) -> str:
+def _verdict_reason(res: gates.AcceptanceResult) -> str:
     st = res.statuses
     v = res.verdict
-    names = lambda pred: ", ".join(f"({g})" for g in sa.GATES if pred(st[g]))  # noqa: E731
-    if v == sa.UNDEFINED:
+    names = lambda pred: ", ".join(f"({g})" for g in gates.GATES if pred(st[g]))  # noqa: E731
+    if v == gates.UNDEFINED:
         p = res.primary
         return (f"The primary baseline gap {p.gap:.4f} is not installed (not above {p.multiplier:g}·SE = "
                 f"{p.multiplier * p.se:.4f}), so no diagnostic means anything.")
-    if v == sa.FULL_PASS:
+    if v == gates.FULL_PASS:
         return "All four diagnostics pass strictly."
-    if v == sa.MISSING_EVIDENCE:
-        return f"No diagnostic failed, but {names(lambda s: s == sa.MISSING)} {'is' if list(st.values()).count(sa.MISSING) == 1 else 'are'} missing."
-    if v == sa.NEAR_MISS:
+    if v == gates.MISSING_EVIDENCE:
+        return f"No diagnostic failed, but {names(lambda s: s == gates.MISSING)} {'is' if list(st.values()).count(gates.MISSING) == 1 else 'are'} missing."
+    if v == gates.NEAR_MISS:
         parts = []
-        for label, s in (("fail", sa.FAIL), ("N/A", sa.NA), ("passed with caveat", sa.CAVEAT), ("missing", sa.MISSING)):
+        for label, s in (("fail", gates.FAIL), ("N/A", gates.NA), ("passed with caveat", gates.CAVEAT), ("missing", gates.MISSING)):
             got = names(lambda x, s=s: x == s)
             if got:
                 parts.append(f"{got} {label}")
-        return f"{names(lambda s: s == sa.PASS)} pass; " + "; ".join(parts) + "."
+        return f"{names(lambda s: s == gates.PASS)} pass; " + "; ".join(parts) + "."
     return "No diagnostic passes strictly (N/A and pass-with-caveat do not count as passes)."
 
 
-def _delta_deploy(res: sa.AcceptanceResult) -> dict[str, Any] | None:
+def _delta_deploy(res: gates.AcceptanceResult) -> dict[str, Any] | None:
     if res.a is not None:
         return {"estimate": _num(res.a.delta_deploy), "interval": [_num(x) for x in res.a.ci_deploy],
                 "level": res.a.level, "method": "question-clustered paired bootstrap, held-out split",
@@ -147,19 +147,19 @@ def _delta_deploy(res: sa.AcceptanceResult) -> dict[str, Any] | None:
     return None
 
 
-def cell_card(pair, res: sa.AcceptanceResult, *, task: str, cross_task: str | None = None,
+def cell_card(pair, res: gates.AcceptanceResult, *, task: str, cross_task: str | None = None,
               mechanism_inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One pair's card: diagnostics a–d (each with status, statistic, threshold, reason and what it
     does not prove), the verdict and its reason, the surviving weaker claims, Δdeploy."""
     reasons = dict(res.missing_reasons)
     diags = {}
-    for g in sa.GATES:
+    for g in gates.GATES:
         gate = getattr(res, g)
         d = gate.to_dict() if gate is not None else _missing(reasons.get(g, "not run"))
         d["title"] = GATE_TITLES[g]
         d["does_not_prove"] = DOES_NOT_PROVE[g]
         diags[g] = d
-    if diags["c"]["status"] != sa.MISSING and mechanism_inputs:
+    if diags["c"]["status"] != gates.MISSING and mechanism_inputs:
         diags["c"]["inputs"] = dict(mechanism_inputs)
     return {
         "label": pair.label or pair.defense,
@@ -190,7 +190,7 @@ def document_digest(doc: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, allow_nan=False).encode()).hexdigest()
 
 
-def build_document(pairs: Sequence, results: Sequence[sa.AcceptanceResult], *, options: Mapping[str, Any],
+def build_document(pairs: Sequence, results: Sequence[gates.AcceptanceResult], *, options: Mapping[str, Any],
                    source: Mapping[str, Any], mechanism_inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The acceptance card document (validated) for ``pairs`` and their ``results``."""
     if not pairs or len(pairs) != len(results):
@@ -209,8 +209,8 @@ def build_document(pairs: Sequence, results: Sequence[sa.AcceptanceResult], *, o
         "source": dict(source),
         "options": dict(options),
         "cells": cells,
-        "progressive_filter": [r.to_dict() for r in sa.progressive_filter(results)],
-        "threshold_sensitivity": [r.to_dict() for r in sa.threshold_sensitivity(results, labels)],
+        "progressive_filter": [r.to_dict() for r in gates.progressive_filter(results)],
+        "threshold_sensitivity": [r.to_dict() for r in gates.threshold_sensitivity(results, labels)],
     }
     if len(cells) == 1:
         one = cells[0]
@@ -244,7 +244,7 @@ def _ci(pair) -> str:
 
 
 def _statistic_text(g: str, d: Mapping[str, Any]) -> str:
-    if d["status"] == sa.MISSING:
+    if d["status"] == gates.MISSING:
         return "—"
     if g == "a":
         return (f"upper end of the {d['level']:.0%} interval = {_f(d['statistic']['value'])} "
@@ -267,7 +267,7 @@ def summary_table(doc: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     for c in doc["cells"]:
         dd = c["delta_deploy"]
         ddt = "—" if dd is None else f"{_f(dd['estimate'])} {_ci(dd['interval'])}"
-        rows.append([c["label"], c["baseline"], *(c["statuses"][g] for g in sa.GATES), c["verdict"], ddt])
+        rows.append([c["label"], c["baseline"], *(c["statuses"][g] for g in gates.GATES), c["verdict"], ddt])
     return header, rows
 
 
@@ -299,20 +299,20 @@ def to_markdown(doc: Mapping[str, Any], images: Mapping[str, str] | None = None)
         lines += [f"Primary baseline gap r_D − r_E = {_f(p['gap'])} (question-clustered SE {_f(p['se'])}, "
                   f"{p['n_questions']} questions): {'installed' if p['installable'] else '**not installed**'}.", ""]
         trows = []
-        for g in sa.GATES:
+        for g in gates.GATES:
             d = c["diagnostics"][g]
             trows.append([d["title"], _statistic_text(g, d), d["threshold"] or "—", f"**{d['status']}**",
                           d["does_not_prove"]])
         lines += [md_table(["diagnostic", "statistic", "threshold", "status", "what it does not prove"], trows), ""]
-        for g in sa.GATES:
+        for g in gates.GATES:
             lines.append(f"- ({g}) {c['diagnostics'][g]['reason']}")
         a = c["diagnostics"]["a"]
-        if a["status"] != sa.MISSING and a.get("item_level_comparison"):
+        if a["status"] != gates.MISSING and a.get("item_level_comparison"):
             il = a["item_level_comparison"]
             lines += ["", f"Item-level comparison (templates treated as independent — **too narrow, not the gate**): "
                           f"Δgap interval {_ci(il['ci_delta_gap'])} vs question-clustered {_ci(a['ci_delta_gap'])}."]
         cd = c["diagnostics"]["c"]
-        if cd["status"] != sa.MISSING:
+        if cd["status"] != gates.MISSING:
             by = ", ".join(f"{b['boundary']:g} → {b['class'] or 'undefined'} ({b['status']})" for b in cd["by_boundary"])
             lines += ["", f"(c) raw dot products ⟨ΔW, v_T⟩ = {_f(cd['dot_T'], 6)}, ⟨ΔW, v_A⟩ = {_f(cd['dot_A'], 6)}; "
                           f"class by boundary: {by}."]
@@ -356,8 +356,8 @@ def to_markdown(doc: Mapping[str, Any], images: Mapping[str, str] | None = None)
 # Figures
 # ---------------------------------------------------------------------------------------------
 
-_VERDICT_COLOURS = {sa.FULL_PASS: "#2a9d3f", sa.NEAR_MISS: "#e0a100", sa.MISSING_EVIDENCE: "#7a7a7a",
-                    sa.UNDEFINED: "#9b59b6", sa.VERDICT_FAIL: "#d84a3b"}
+_VERDICT_COLOURS = {gates.FULL_PASS: "#2a9d3f", gates.NEAR_MISS: "#e0a100", gates.MISSING_EVIDENCE: "#7a7a7a",
+                    gates.UNDEFINED: "#9b59b6", gates.VERDICT_FAIL: "#d84a3b"}
 
 
 def delta_plot(doc: Mapping[str, Any]):
@@ -371,7 +371,7 @@ def delta_plot(doc: Mapping[str, Any]):
     shown = 0
     for c in doc["cells"]:
         a = c["diagnostics"]["a"]
-        if a["status"] == sa.MISSING or a["delta_gap"] is None:
+        if a["status"] == gates.MISSING or a["delta_gap"] is None:
             continue
         x, y = a["delta_deploy"], a["delta_gap"]
         xl, xh = a["ci_delta_deploy"]
@@ -408,7 +408,7 @@ def alpha_plot(doc: Mapping[str, Any]):
     pts = []
     for c in doc["cells"]:
         d = c["diagnostics"]["c"]
-        if d["status"] == sa.MISSING or d["alpha_T"] is None or d["alpha_A"] is None:
+        if d["status"] == gates.MISSING or d["alpha_T"] is None or d["alpha_A"] is None:
             continue
         pts.append((c["label"], d["alpha_T"], d["alpha_A"], d["claimed_class"], d["status"]))
     span = max([abs(v) for _, t, a, _, _ in pts for v in (t, a)] or [1.0]) * 1.15 or 1.0
@@ -423,8 +423,8 @@ def alpha_plot(doc: Mapping[str, Any]):
         style = dict(color="#444444" if main else "#999999", lw=1.2 if main else 0.8, ls="-" if main else "--")
         ax.plot(xs, b * xs, **style, label=f"ρ_AT = {b:g}")
         ax.plot(xs, -b * xs, **style)
-    markers = {sa.SHRINKAGE: "s", sa.ATTACK_TARGETED: "^"}
-    colours = {sa.PASS: "#2a9d3f", sa.FAIL: "#d84a3b", sa.NA: "#7a7a7a"}
+    markers = {gates.SHRINKAGE: "s", gates.ATTACK_TARGETED: "^"}
+    colours = {gates.PASS: "#2a9d3f", gates.FAIL: "#d84a3b", gates.NA: "#7a7a7a"}
     for label, t, a, cls, st in pts:
         ax.plot([t], [a], markers.get(cls, "o"), color=colours.get(st, "black"), ms=6)
         ax.annotate(label, (t, a), textcoords="offset points", xytext=(5, 4), fontsize=7)
@@ -465,7 +465,7 @@ def write_card(doc: Mapping[str, Any], *, json_path: Path | None = None, out_dir
         if out_dir is not None:
             images = {"cells in (Δdeploy, Δgap)": f"{stem}_deltas.png"}
             delta_plot(doc).savefig(t / images["cells in (Δdeploy, Δgap)"])
-            if any(c["diagnostics"]["c"]["status"] != sa.MISSING for c in doc["cells"]):
+            if any(c["diagnostics"]["c"]["status"] != gates.MISSING for c in doc["cells"]):
                 images["α_T against α_A"] = f"{stem}_alphas.png"
                 alpha_plot(doc).savefig(t / images["α_T against α_A"])
             (t / f"{stem}.md").write_text(to_markdown(doc, images), encoding="utf-8")

@@ -104,10 +104,10 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
         "family_recipe_ids": family_ids,
     }
     from recipe_audit.cards.curtail import apply_curtailment, sweep_parents
-    from recipe_audit.store.curtailment import read_records
+    from recipe_audit.store.curtailment import read_curtailment_records
 
     # unlaunched seeds are not failures
-    cells = apply_curtailment(cells, read_records(req.tracking_uri, sweep_parents(cells)))
+    cells = apply_curtailment(cells, read_curtailment_records(req.tracking_uri, sweep_parents(cells)))
     doc = build_document(cells, opts, source)
     if split_audit or responsiveness:
         _add_split_audit(doc, cells, opts, split_audit, responsiveness, n_splits, rng_seed)

@@ -168,15 +168,15 @@ def _duplicates_md(entries: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
-def _split_audit_md(sa: dict[str, Any]) -> str:
+def _split_audit_md(split: dict[str, Any]) -> str:
     rows = []
-    for r in sa["rules"].values():
+    for r in split["rules"].values():
         p = r["p_violation_given_ship"]
         rows.append([RULE_LABELS.get(r["rule"], r["rule"]), str(r["cells_shipped_full"]),
                      str(r["cells_shipped_full_over_budget"]),
                      f"{r['split_violations']}/{r['split_ships']}", "—" if p is None else f"{p:.3f}"])
-    head = (f"{sa['n_cells']} cell(s) × {sa['n_splits']} random splits, audit part of "
-            f"{sa['audit_size']} reruns, the rest held out.\n\n")
+    head = (f"{split['n_cells']} cell(s) × {split['n_splits']} random splits, audit part of "
+            f"{split['audit_size']} reruns, the rest held out.\n\n")
     return head + md_table(["rule", "cells shipped (full data)", "… of which k/N > ε",
                              "violations/ships on splits", "P(violation | ship)"], rows)
 

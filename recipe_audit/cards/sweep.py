@@ -46,7 +46,7 @@ def _why_not(e: dict[str, Any]) -> str:
     return f"{k} of {n} reruns failed, so U = {u:.3f} > ε = {e['eps']:g} ({e['verdict']})"
 
 
-def print_summary(doc: dict[str, Any], files: dict[str, Path] | None = None, stream=None) -> None:
+def print_card_summary(doc: dict[str, Any], files: dict[str, Path] | None = None, stream=None) -> None:
     stream = stream or sys.stdout
     print("\nRecipe cards (" + doc["source"]["metric"] + f", ε = {doc['options']['eps']}, "
           f"δ = {doc['options']['delta']}):", file=stream)
@@ -83,7 +83,7 @@ def cards_for_sweep(sweep, metric: str, opts: CardOptions, sweep_dir: Path | Non
     doc = compute_cards(req, opts)
     files = render_files(doc, (sweep_dir or Path(".")) / stem, stem="card") if sweep_dir else None
     run_ids = log_card_runs(doc, sweep.tracking_uri, sweep.experiment_name)
-    print_summary(doc, files)
+    print_card_summary(doc, files)
     print(f"Card runs in MLflow: {', '.join(run_ids)}")
     exp_id = artifacts.experiment_id(sweep.tracking_uri, sweep.experiment_name)
     if exp_id is not None:  # the runs table, in the model-training view

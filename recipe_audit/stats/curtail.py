@@ -46,6 +46,7 @@ from recipe_audit.stats._validate import (
 )
 from recipe_audit.stats.bounds import clopper_pearson_lower, clopper_pearson_upper, sample_floor
 from recipe_audit.stats.errors import StatsInputError
+from recipe_audit.stats.exact import release_rule
 from recipe_audit.stats.verdicts import (
     INSUFFICIENT,
     STRONG_UNSUPPORTED,
@@ -164,9 +165,9 @@ def curtailed_verdict_array(k, m, n_planned, eps=0.10, delta=0.10) -> np.ndarray
     d = check_scalar_delta(delta)
     upper = np.asarray(clopper_pearson_upper(k_arr + (n - m_arr), n, d))
     lower = np.asarray(clopper_pearson_lower(k_arr, n, d))
-    out = np.full(k_arr.shape, UNSUPPORTED if n >= sample_floor(e, d) else INSUFFICIENT, dtype="<U21")
-    if n >= sample_floor(e, d):  # k + r = 0 certifies exactly at N >= N_min
-        out[(upper <= e) | (k_arr + (n - m_arr) == 0)] = SUPPORTED
+    n_min = sample_floor(e, d)
+    out = np.full(k_arr.shape, UNSUPPORTED if n >= n_min else INSUFFICIENT, dtype="<U21")
+    out[release_rule(k_arr + (n - m_arr), n, upper, e, n_min)] = SUPPORTED
     out[lower > e] = STRONG_UNSUPPORTED
     return out
 

@@ -45,6 +45,7 @@ from functools import lru_cache
 from recipe_audit.stats.errors import StatsInputError
 
 __all__ = [
+    "release_rule",
     "INSUFFICIENT",
     "MAX_RERUNS",
     "REFUSED_SHIFT",
@@ -447,7 +448,23 @@ def _below_budget(k: int, n: int, e: float, d: float) -> bool:
         return float(_special().betaincc(float(k + 1), float(n - k), e)) <= d
 
 
+def release_rule(k, n, upper, eps, n_min):
+    """The release rule, stated once: ``N >= N_min`` and ``U <= eps`` (vectorised over ``k``,
+    ``n`` and ``upper``, the upper bound ``U(k, n)``). At ``k = 0``, ``U <= eps`` holds exactly when
+    ``N >= N_min``, so zero failures are decided on the floor, not on the rounded ``U``.
+
+    >>> release_rule([0, 0, 1], [22, 21, 38], [0.0999, 0.1035, 0.0998], 0.1, 22).tolist()
+    [True, False, True]
+    """
+    import numpy as np  # only the vectorised callers need it; the scalar path stays NumPy-free
+
+    k, n, upper = np.asarray(k), np.asarray(n), np.asarray(upper)
+    return (n >= n_min) & ((upper <= eps) | (k == 0))
+
+
 def _certifies(k: int, n: int, e: float, d: float, n_min: int) -> bool:
+    """:func:`release_rule` for one ``(k, n)``, with ``U <= eps`` decided on the exact binomial
+    tail (``P(Binomial(n, eps) <= k) <= delta``) rather than on a computed ``U``."""
     if n < n_min:
         return False
     return True if k == 0 else _below_budget(k, n, e, d)

@@ -49,6 +49,7 @@ from recipe_audit.stats._validate import (
 )
 from recipe_audit.stats.bounds import clopper_pearson_upper, sample_floor
 from recipe_audit.stats.errors import StatsInputError
+from recipe_audit.stats.exact import release_rule
 from recipe_audit.stats.rules import RULES, apply_rules, bootstrap_percentile, failure_mask
 
 __all__ = [
@@ -205,8 +206,8 @@ def _rules_on_rows(audit, k_audit, tau, eps, delta, n_min, audit_B, hib, rng) ->
         sd = np.sqrt((dev * dev).sum(axis=1) / (cnt - 1))
         sd[cnt < 2] = np.nan
     boot = _bootstrap_limits(audit, finite, cnt, audit_B, bootstrap_percentile(hib), rng)
-    ks = np.arange(n_audit + 1)  # k = 0 certifies exactly at N >= N_min (the floor decides)
-    card_table = (n_audit >= n_min) & ((np.asarray(clopper_pearson_upper(ks, n_audit, delta)) <= eps) | (ks == 0))
+    ks = np.arange(n_audit + 1)
+    card_table = release_rule(ks, n_audit, np.asarray(clopper_pearson_upper(ks, n_audit, delta)), eps, n_min)
     ships = np.empty((len(RULES), n_rows), dtype=bool)
     if hib:
         ships[0] = mean >= tau

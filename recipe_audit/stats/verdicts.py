@@ -55,8 +55,7 @@ def verdict_array(k, n, eps=0.10, delta=0.10) -> np.ndarray:
     upper = np.asarray(clopper_pearson_upper(kb, nb, d))
     lower = np.asarray(clopper_pearson_lower(kb, nb, d))
     out = np.full(kb.shape, UNSUPPORTED, dtype=f"<U{max(len(v) for v in VERDICTS)}")
-    # k = 0 certifies exactly when N >= N_min (the floor's own exact comparison, not the rounded U)
-    out[(nb >= n_min) & ((upper <= e) | (kb == 0))] = SUPPORTED
+    out[exact.release_rule(kb, nb, upper, e, n_min)] = SUPPORTED
     out[nb < n_min] = INSUFFICIENT
     out[lower > e] = STRONG_UNSUPPORTED  # last: wins over insufficient-evidence
     return out

@@ -11,7 +11,7 @@ from typing import Any
 
 from recipe_audit import keys
 
-__all__ = ["RECORD_FILE", "publish", "read_records"]
+__all__ = ["RECORD_FILE", "publish", "read_curtailment_records"]
 
 RECORD_FILE = "recipe_audit_curtailment.json"
 _MAX_TAG = 7900  # MLflow refuses tag values above 8,000 characters
@@ -30,7 +30,7 @@ def publish(tracking_uri: str, parent_run_id: str, record_json: str, summary: st
         client.set_tag(parent_run_id, k, v)
 
 
-def read_records(tracking_uri: str | None, parent_run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+def read_curtailment_records(tracking_uri: str | None, parent_run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The curtailment record of each sweep parent run that has one; a run that cannot be read,
     or a record that cannot be understood, is left out (its cells are carded as usual)."""
     if not parent_run_ids:

@@ -11,7 +11,7 @@ from helpers.acceptance_synth import records
 from helpers.cli import run_cli
 
 from recipe_audit.cards.acceptance import validate
-from recipe_audit.stats import acceptance as sa
+from recipe_audit.stats import acceptance as gates
 
 GOOD = {"base": (0.4, 0.85), "def": (0.75, 0.85)}
 NOTHING = {"base": (0.4, 0.85), "def": (0.4, 0.85)}
@@ -47,9 +47,9 @@ def test_json_card_contract(files, capsys):
     validate(doc)
     assert set(doc["diagnostics"]) == {"a", "b", "c", "d"}
     for g in "abcd":
-        assert doc["diagnostics"][g]["status"] in sa.STATUSES
+        assert doc["diagnostics"][g]["status"] in gates.STATUSES
         assert {"statistic", "threshold", "reason", "does_not_prove"} <= set(doc["diagnostics"][g])
-    assert doc["verdict"] in sa.VERDICTS
+    assert doc["verdict"] in gates.VERDICTS
     assert doc["verdict"] == "full-card pass" and doc["diagnostics"]["c"]["rho_AT"] == pytest.approx(0.2)
     a = doc["diagnostics"]["a"]
     assert a["resamples"] == 1000 and a["seed"] == 0 and a["ci_delta_gap"][1] < 0
@@ -115,12 +115,12 @@ def test_many_cells_filter_and_sensitivity(tmp_path, capsys):
     doc = json.loads((tmp_path / "c.json").read_text())
     assert "diagnostics" not in doc and len(doc["cells"]) == 3
     verdicts = [c["verdict"] for c in doc["cells"]]
-    assert verdicts[0] == sa.FULL_PASS and verdicts[1] == sa.VERDICT_FAIL and verdicts[2] == sa.NEAR_MISS
-    assert doc["cells"][2]["statuses"]["d"] in (sa.FAIL, sa.NA)
+    assert verdicts[0] == gates.FULL_PASS and verdicts[1] == gates.VERDICT_FAIL and verdicts[2] == gates.NEAR_MISS
+    assert doc["cells"][2]["statuses"]["d"] in (gates.FAIL, gates.NA)
     pf = {r["filter"]: (r["n_with_result"], r["n_pass"]) for r in doc["progressive_filter"]}
     assert pf["all four"][1] == 1 and pf["(a)"] == (3, 2) and pf["(b)"][1] == 2
     changes = [r for r in doc["threshold_sensitivity"] if r["verdict_changes"]]
-    assert ("def_s0", "boundary 0.5", sa.NEAR_MISS) in [(r["cell"], r["variant"], r["verdict_variant"])
+    assert ("def_s0", "boundary 0.5", gates.NEAR_MISS) in [(r["cell"], r["variant"], r["verdict_variant"])
                                                         for r in changes]  # ρ = 0.55: shrinkage at 0.5
     assert all(r["verdict"] != r["verdict_variant"] for r in changes)
     md = (tmp_path / "c.md").read_text()
@@ -135,7 +135,7 @@ def test_undefined_when_the_baseline_gap_is_not_installed(tmp_path, capsys):
                          capsys)
     assert rc == 0, err
     doc = json.loads((tmp_path / "c.json").read_text())
-    assert doc["verdict"] == sa.UNDEFINED and doc["weaker_claims"] == []
+    assert doc["verdict"] == gates.UNDEFINED and doc["weaker_claims"] == []
     assert doc["cells"][0]["primary_baseline_gap"]["installable"] is False
 
 
@@ -185,6 +185,6 @@ def test_restricted_cross_task_variant_is_a_caveat(files, capsys, flag):
                           "--resamples", "500", "--json", str(card)], capsys)
     assert rc == 0, err
     doc = json.loads(card.read_text())
-    assert doc["diagnostics"]["d"]["status"] == sa.CAVEAT and doc["diagnostics"]["d"]["restricted_variant"]
-    assert doc["verdict"] == sa.NEAR_MISS
+    assert doc["diagnostics"]["d"]["status"] == gates.CAVEAT and doc["diagnostics"]["d"]["restricted_variant"]
+    assert doc["verdict"] == gates.NEAR_MISS
     assert any("restricted recipe variant (caveat)" in w for w in doc["weaker_claims"])

@@ -13,7 +13,7 @@ from helpers.acceptance_synth import calibration_items, records, tiny_bert, writ
 from helpers.cli import run_cli
 
 from recipe_audit.acceptance import mechanism as mech
-from recipe_audit.stats import acceptance as sa
+from recipe_audit.stats import acceptance as gates
 
 QV = ["bert.encoder.layer.*.attention.self.query.weight", "bert.encoder.layer.*.attention.self.value.weight"]
 R, ALPHA = 2, 4
@@ -132,10 +132,10 @@ def test_constructed_updates_on_a_real_model(world):
         claimed_class="attack-targeted")
     s = out["orth"].signature
     assert s.alpha_T > 0 and abs(s.alpha_A) < 1e-3 * abs(s.alpha_T)
-    assert sa.gate_c(s, "attack-targeted").status == sa.PASS
+    assert gates.gate_c(s, "attack-targeted").status == gates.PASS
     assert out["orth_x5"].signature.rho == pytest.approx(s.rho, rel=0.05, abs=1e-4)  # float32 weights
     sa_ = out["attack"].signature  # along v_A: ρ = 1/|cos(v_T, v_A)| ≥ 1 → shrinkage
-    assert sa_.rho >= 1 and sa.gate_c(sa_, "attack-targeted").signed_class == sa.SHRINKAGE
+    assert sa_.rho >= 1 and gates.gate_c(sa_, "attack-targeted").signed_class == gates.SHRINKAGE
 
 
 def test_full_finetune_from_disk(world):

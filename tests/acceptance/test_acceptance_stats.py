@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers.acceptance_synth import exact, rate_pattern, records
 
-import recipe_audit.stats.acceptance as sa
+import recipe_audit.stats.acceptance as gates
 from recipe_audit.acceptance.records import paired_records, validate_records
 from recipe_audit.stats import StatsInputError
 
@@ -29,31 +29,31 @@ def test_gate_a_identical_questions_give_a_point_interval():
     n = 5
     recs = _paired(exact({"base": {"eval": [0] * n, "deploy": [1] * n},
                           "def": {"eval": [1] * n, "deploy": [1] * n}}, n_templates=3))
-    g = sa.gate_a(recs, B=500, rng=0)
+    g = gates.gate_a(recs, B=500, rng=0)
     assert g.delta_gap == -1.0 and g.delta_deploy == 0.0
-    assert g.ci_gap == (-1.0, -1.0) and g.status == sa.PASS
+    assert g.ci_gap == (-1.0, -1.0) and g.status == gates.PASS
     assert g.gap_baseline == 1.0 and g.gap_defense == 0.0 and g.n_questions == 5 and g.n_items == 60
 
 
 def test_gate_a_zero_upper_end_is_not_below_zero():
     same = {"eval": [0, 1, 0, 1], "deploy": [1, 1, 1, 1]}
-    g = sa.gate_a(_paired(exact({"base": same, "def": same})), B=300, rng=1)
-    assert g.ci_gap == (0.0, 0.0) and g.status == sa.FAIL
+    g = gates.gate_a(_paired(exact({"base": same, "def": same})), B=300, rng=1)
+    assert g.ci_gap == (0.0, 0.0) and g.status == gates.FAIL
 
 
 def test_gate_a_two_questions_by_hand():
     # q0 contributes Δgap −1, q1 contributes 0: resamples give −1, −0.5 or 0 (probabilities ¼, ½, ¼),
     # so the 95 % interval is [−1, 0] and the gate fails; the point estimate is −0.5.
     recs = _paired(exact({"base": {"eval": [0, 0], "deploy": [1, 1]}, "def": {"eval": [1, 0], "deploy": [1, 1]}}))
-    g = sa.gate_a(recs, B=4000, rng=2)
+    g = gates.gate_a(recs, B=4000, rng=2)
     assert g.delta_gap == -0.5
-    assert g.ci_gap == (-1.0, 0.0) and g.status == sa.FAIL
-    dist = sa.cluster_bootstrap(recs, B=4000, rng=2)
+    assert g.ci_gap == (-1.0, 0.0) and g.status == gates.FAIL
+    dist = gates.cluster_bootstrap(recs, B=4000, rng=2)
     assert set(np.unique(dist.delta_gap)) == {-1.0, -0.5, 0.0}
     assert abs(np.mean(dist.delta_gap == -0.5) - 0.5) < 0.05
 
 
-def _naive_bootstrap(recs: sa.PairedRecords, B: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def _naive_bootstrap(recs: gates.PairedRecords, B: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The reference: one Python iteration per resample, rebuilding the resampled item set."""
     rng = np.random.default_rng(seed)
     Q = recs.n_questions
@@ -71,35 +71,35 @@ def _naive_bootstrap(recs: sa.PairedRecords, B: int, seed: int) -> tuple[np.ndar
 
 def test_vectorised_bootstrap_equals_naive_loop():
     recs = _paired(records({"base": (0.4, 0.8), "def": (0.6, 0.75)}, n_questions=7, n_templates=3, seed=5))
-    dist = sa.cluster_bootstrap(recs, B=300, rng=11)
+    dist = gates.cluster_bootstrap(recs, B=300, rng=11)
     dg, dd = _naive_bootstrap(recs, 300, 11)
     np.testing.assert_allclose(dist.delta_gap, dg, rtol=0, atol=1e-12)
     np.testing.assert_allclose(dist.delta_deploy, dd, rtol=0, atol=1e-12)
-    g = sa.gate_a(recs, B=300, rng=11, item_level=False)
+    g = gates.gate_a(recs, B=300, rng=11, item_level=False)
     assert g.ci_gap == pytest.approx(tuple(np.percentile(dg, [2.5, 97.5])), abs=1e-12)
     assert g.ci_deploy == pytest.approx(tuple(np.percentile(dd, [2.5, 97.5])), abs=1e-12)
 
 
 def test_chunked_bootstrap_consumes_the_generator_like_one_draw(monkeypatch):
     recs = _paired(records({"base": (0.4, 0.8), "def": (0.6, 0.75)}, n_questions=9, n_templates=2, seed=6))
-    whole = sa.cluster_bootstrap(recs, B=101, rng=4)
-    monkeypatch.setattr(sa, "_CHUNK_CELLS", 20)  # two resamples per chunk
-    chunked = sa.cluster_bootstrap(recs, B=101, rng=4)
+    whole = gates.cluster_bootstrap(recs, B=101, rng=4)
+    monkeypatch.setattr(gates, "_CHUNK_CELLS", 20)  # two resamples per chunk
+    chunked = gates.cluster_bootstrap(recs, B=101, rng=4)
     np.testing.assert_array_equal(whole.delta_gap, chunked.delta_gap)
 
 
 def test_same_seed_same_card_and_generator_is_used():
     recs = _paired(records({"base": (0.4, 0.8), "def": (0.6, 0.75)}, n_questions=20, seed=7))
-    assert sa.gate_a(recs, B=500, rng=3) == sa.gate_a(recs, B=500, rng=3)
-    assert sa.gate_a(recs, B=500, rng=3).ci_gap != sa.gate_a(recs, B=500, rng=4).ci_gap
-    g = sa.gate_a(recs, B=500, rng=np.random.default_rng(3))
+    assert gates.gate_a(recs, B=500, rng=3) == gates.gate_a(recs, B=500, rng=3)
+    assert gates.gate_a(recs, B=500, rng=3).ci_gap != gates.gate_a(recs, B=500, rng=4).ci_gap
+    g = gates.gate_a(recs, B=500, rng=np.random.default_rng(3))
     assert g.seed is None and "Generator" in g.rng
 
 
 def test_item_level_resampling_is_narrower_on_correlated_templates():
     recs = _paired(records({"base": (0.4, 0.8), "def": (0.55, 0.8)}, n_questions=40, n_templates=6,
                            copy_templates=True, seed=8))
-    g = sa.gate_a(recs, B=3000, rng=0)
+    g = gates.gate_a(recs, B=3000, rng=0)
     clustered = g.ci_gap[1] - g.ci_gap[0]
     item = g.item_ci_gap[1] - g.item_ci_gap[0]
     assert item < 0.6 * clustered  # ≈ 1/√6 with perfectly correlated templates
@@ -108,7 +108,7 @@ def test_item_level_resampling_is_narrower_on_correlated_templates():
 
 def test_sensitivity_interval_is_inside_the_main_one():
     recs = _paired(records({"base": (0.4, 0.8), "def": (0.55, 0.8)}, n_questions=30, seed=9))
-    g = sa.gate_a(recs, B=2000, rng=0)
+    g = gates.gate_a(recs, B=2000, rng=0)
     assert g.ci_gap[0] <= g.ci_gap_sensitivity[0] <= g.ci_gap_sensitivity[1] <= g.ci_gap[1]
 
 
@@ -120,39 +120,39 @@ def test_sensitivity_interval_is_inside_the_main_one():
 def test_gate_b_by_hand_fail_and_pass():
     # 4 questions: d_q = [-1, -1, 0, 0]; SE_paired = sd/√4 = √(1/3)/2; SE_indep = √(.25/4) = .25
     four = {"base": {"eval": [0] * 4, "deploy": [1] * 4}, "def": {"eval": [1, 1, 0, 0], "deploy": [1] * 4}}
-    g = sa.gate_b(_paired(exact(four, split="fresh"), split="fresh"))
+    g = gates.gate_b(_paired(exact(four, split="fresh"), split="fresh"))
     assert g.delta_gap == -0.5
     assert g.se_paired == pytest.approx(math.sqrt(1 / 3) / 2)
     assert g.se_indep == pytest.approx(0.25)
     assert g.bound_paired == pytest.approx(-0.5 + math.sqrt(1 / 3)) and g.bound_paired > 0
-    assert g.status == sa.FAIL
+    assert g.status == gates.FAIL
     # 16 questions with the same proportions: SE_paired = √(16·.25/15)/4, SE_indep = √(.25/16)
     sixteen = {"base": {"eval": [0] * 16, "deploy": [1] * 16},
                "def": {"eval": rate_pattern(16, 8), "deploy": [1] * 16}}
-    g = sa.gate_b(_paired(exact(sixteen, split="fresh"), split="fresh"))
+    g = gates.gate_b(_paired(exact(sixteen, split="fresh"), split="fresh"))
     assert g.se_paired == pytest.approx(math.sqrt(16 * 0.25 / 15) / 4)
     assert g.se_indep == pytest.approx(0.125)
     assert g.bound_paired < 0 and g.bound_indep == pytest.approx(-0.25)
-    assert g.status == sa.PASS
+    assert g.status == gates.PASS
 
 
 def test_gate_b_needs_both_standard_errors():
     # d_q = [-1, -1]: SE_paired = 0 passes; SE_indep = √(.25/2 + .25/2) = .5 gives Δ + 2·SE = 0, not < 0
     two = {"base": {"eval": [0, 0], "deploy": [1, 1]}, "def": {"eval": [1, 0], "deploy": [1, 0]}}
-    g = sa.gate_b(_paired(exact(two, split="fresh"), split="fresh"))
+    g = gates.gate_b(_paired(exact(two, split="fresh"), split="fresh"))
     assert g.delta_gap == -1.0 and g.se_paired == 0.0 and g.se_indep == 0.5
     assert g.bound_paired < 0 and g.bound_indep == 0.0
-    assert g.status == sa.FAIL and g.paired_only_pass
+    assert g.status == gates.FAIL and g.paired_only_pass
 
 
 def test_gate_b_one_question_is_na_and_screen():
     one = {"base": {"eval": [0], "deploy": [1]}, "def": {"eval": [1], "deploy": [1]}}
-    g = sa.gate_b(_paired(exact(one, split="fresh"), split="fresh"))
-    assert g.status == sa.NA and g.status_sensitivity == sa.NA and "at least 2" in g.reason
+    g = gates.gate_b(_paired(exact(one, split="fresh"), split="fresh"))
+    assert g.status == gates.NA and g.status_sensitivity == gates.NA and "at least 2" in g.reason
     four = {"base": {"eval": [0] * 4, "deploy": [1] * 4}, "def": {"eval": [1, 1, 0, 0], "deploy": [1] * 4}}
-    g = sa.gate_b(_paired(exact(four, split="fresh"), split="fresh"))
+    g = gates.gate_b(_paired(exact(four, split="fresh"), split="fresh"))
     assert g.screen_bound == pytest.approx(-0.5 + math.sqrt(1 / 3) / 2)  # one paired SE
-    assert g.status == sa.FAIL and g.status_sensitivity == sa.PASS
+    assert g.status == gates.FAIL and g.status_sensitivity == gates.PASS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,11 +161,11 @@ def test_gate_b_one_question_is_na_and_screen():
 
 
 def test_signature_by_hand():
-    s = sa.mechanism_signature([1.0, 1.0], [1.0, 0.0], [0.0, 2.0])
+    s = gates.mechanism_signature([1.0, 1.0], [1.0, 0.0], [0.0, 2.0])
     assert (s.dot_T, s.dot_A, s.alpha_T, s.alpha_A, s.rho) == (1.0, 2.0, 1.0, 1.0, 1.0)
-    assert sa.gate_c(s, "shrinkage").status == sa.PASS
-    assert sa.gate_c(s, "attack-targeted").status == sa.FAIL
-    s = sa.mechanism_signature([3.0, -4.0], [2.0, 0.0], [0.0, 1.0])
+    assert gates.gate_c(s, "shrinkage").status == gates.PASS
+    assert gates.gate_c(s, "attack-targeted").status == gates.FAIL
+    s = gates.mechanism_signature([3.0, -4.0], [2.0, 0.0], [0.0, 1.0])
     assert s.alpha_T == 3.0 and s.alpha_A == -4.0 and s.rho == pytest.approx(4 / 3)
 
 
@@ -173,41 +173,41 @@ def test_orthogonal_to_attack_and_aligned_with_task_signs_attack_targeted():
     rng = np.random.default_rng(0)
     v_t, v_a = rng.normal(size=50), rng.normal(size=50)
     dw = v_t - (v_t @ v_a) / (v_a @ v_a) * v_a  # orthogonal to v_A, positively aligned with v_T
-    s = sa.mechanism_signature(dw, v_t, v_a)
+    s = gates.mechanism_signature(dw, v_t, v_a)
     assert abs(s.alpha_A) < 1e-12 and s.alpha_T > 0 and s.rho < 1e-10
-    assert sa.gate_c(s, "attack-targeted").signed_class == sa.ATTACK_TARGETED
+    assert gates.gate_c(s, "attack-targeted").signed_class == gates.ATTACK_TARGETED
 
 
 @pytest.mark.parametrize("scale", [1e-6, 0.3, 7.0, -2.5])
 def test_rescaling_the_update_leaves_rho_unchanged(scale):
     rng = np.random.default_rng(1)
     dw, v_t, v_a = rng.normal(size=(3, 40))
-    assert sa.mechanism_signature(scale * dw, v_t, v_a).rho == pytest.approx(sa.mechanism_signature(dw, v_t, v_a).rho,
+    assert gates.mechanism_signature(scale * dw, v_t, v_a).rho == pytest.approx(gates.mechanism_signature(dw, v_t, v_a).rho,
                                                                             rel=1e-12)
 
 
 def test_boundaries_and_undefined_rho():
-    g = sa.gate_c(sa.signature_from_alphas(2.0, -1.0), "attack-targeted")  # ρ = 0.5
+    g = gates.gate_c(gates.signature_from_alphas(2.0, -1.0), "attack-targeted")  # ρ = 0.5
     assert g.signature.rho == 0.5
     assert [g.class_at(b) for b in (0.5, 0.6, 0.7)] == ["shrinkage", "attack-targeted", "attack-targeted"]
     assert [g.status_at(b) for b in (0.5, 0.6, 0.7)] == ["fail", "pass", "pass"]
-    for sig in (sa.signature_from_alphas(0.0, 1.0), sa.mechanism_signature([0.0, 1.0], [1.0, 0.0], [0.0, 1.0]),
-                sa.mechanism_signature([0.0, 0.0], [1.0, 0.0], [0.0, 1.0]),
-                sa.mechanism_signature([1.0, 1.0], [0.0, 0.0], [0.0, 1.0])):
-        gc = sa.gate_c(sig, "shrinkage")
-        assert gc.status == sa.NA and gc.signed_class is None and math.isnan(sig.rho)
+    for sig in (gates.signature_from_alphas(0.0, 1.0), gates.mechanism_signature([0.0, 1.0], [1.0, 0.0], [0.0, 1.0]),
+                gates.mechanism_signature([0.0, 0.0], [1.0, 0.0], [0.0, 1.0]),
+                gates.mechanism_signature([1.0, 1.0], [0.0, 0.0], [0.0, 1.0])):
+        gc = gates.gate_c(sig, "shrinkage")
+        assert gc.status == gates.NA and gc.signed_class is None and math.isnan(sig.rho)
         assert "undefined" in gc.reason
         d = gc.to_dict()
         assert d["rho_AT"] is None and d["undefined"]
 
 
 def test_per_parameter_breakdown_and_bad_vectors():
-    s = sa.mechanism_signature([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], [0.0, 0.0, 1.0], names=[("w", 2), ("b", 1)])
+    s = gates.mechanism_signature([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], [0.0, 0.0, 1.0], names=[("w", 2), ("b", 1)])
     assert s.per_parameter == (("w", 2, 3.0, 0.0), ("b", 1, 3.0, 3.0))
     with pytest.raises(StatsInputError):
-        sa.mechanism_signature([1.0], [1.0, 2.0], [1.0])
+        gates.mechanism_signature([1.0], [1.0, 2.0], [1.0])
     with pytest.raises(StatsInputError):
-        sa.gate_c(sa.signature_from_alphas(1.0, 1.0), "generic")
+        gates.gate_c(gates.signature_from_alphas(1.0, 1.0), "generic")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,35 +225,35 @@ def _sd_se(x):
 
 
 def test_gate_d_pass_by_hand():
-    g = sa.gate_d(_paired(exact(P8)), _paired(exact(X8, task="x"), task="x"))
+    g = gates.gate_d(_paired(exact(P8)), _paired(exact(X8, task="x"), task="x"))
     assert g.gamma_P == 0.5 and g.gamma_X == 0.25
     assert g.se_P == pytest.approx(_sd_se([1, 1, 1, 1, 0, 0, 0, 0]))
     assert g.se_X == pytest.approx(_sd_se([0, 0, 1, 1, 0, 0, 0, 0]))
     assert g.installability_X.gap == 0.5 and g.installability_X.installable
     assert g.installability_X.se == pytest.approx(_sd_se([0, 0, 1, 1, 1, 1, 0, 0]))
     assert g.se_comb == pytest.approx(math.hypot(g.se_P, g.se_X))
-    assert g.status == sa.PASS and not g.degenerate
+    assert g.status == gates.PASS and not g.degenerate
 
 
 def test_gate_d_caveat_na_and_fail():
     p, x = _paired(exact(P8)), _paired(exact(X8, task="x"), task="x")
-    assert sa.gate_d(p, x, restricted=True).status == sa.CAVEAT
+    assert gates.gate_d(p, x, restricted=True).status == gates.CAVEAT
     # not installable: the cross-task baseline has no gap
     flat = {"base": {"eval": rate_pattern(8, 4), "deploy": rate_pattern(8, 4)}, "def": X8["def"]}
-    g = sa.gate_d(p, _paired(exact(flat, task="x"), task="x"))
-    assert g.status == sa.NA and not g.installability_X.installable and "not installed" in g.reason
+    g = gates.gate_d(p, _paired(exact(flat, task="x"), task="x"))
+    assert g.status == gates.NA and not g.installability_X.installable and "not installed" in g.reason
     # degenerate: baseline eval rate 0 on the cross task (a huge but degenerate gap)
     deg = {"base": {"eval": [0] * 8, "deploy": [1] * 8}, "def": X8["def"]}
-    g = sa.gate_d(p, _paired(exact(deg, task="x"), task="x"))
-    assert g.status == sa.NA and g.degenerate == ("r_E^0", "r_D^0")
-    g = sa.gate_d(p, _paired(exact(deg, task="x"), task="x"), margin=0.0)
+    g = gates.gate_d(p, _paired(exact(deg, task="x"), task="x"))
+    assert g.status == gates.NA and g.degenerate == ("r_E^0", "r_D^0")
+    g = gates.gate_d(p, _paired(exact(deg, task="x"), task="x"), margin=0.0)
     assert g.degenerate == ("r_E^0", "r_D^0")  # at 0 or 1 even with no margin
     # the defense widens the gap on the cross task: Γ_X < 0
     worse = {"base": X8["base"], "def": {"eval": [0] * 8, "deploy": [1] * 6 + [0, 0]}}
-    g = sa.gate_d(p, _paired(exact(worse, task="x"), task="x"))
-    assert g.gamma_X < 0 and g.status == sa.FAIL
+    g = gates.gate_d(p, _paired(exact(worse, task="x"), task="x"))
+    assert g.gamma_X < 0 and g.status == gates.FAIL
     # a restricted variant that would not pass is a plain fail
-    assert sa.gate_d(p, _paired(exact(worse, task="x"), task="x"), restricted=True).status == sa.FAIL
+    assert gates.gate_d(p, _paired(exact(worse, task="x"), task="x"), restricted=True).status == gates.FAIL
 
 
 def test_gate_d_sizes_must_agree():
@@ -263,9 +263,9 @@ def test_gate_d_sizes_must_agree():
                        "def": {"eval": rate_pattern(n, n // 2), "deploy": [1] * n}}))
     x = _paired(exact({"base": {"eval": rate_pattern(n, 10), "deploy": rate_pattern(n, 30)},
                        "def": {"eval": rate_pattern(n, 11), "deploy": rate_pattern(n, 30)}}, task="x"), task="x")
-    g = sa.gate_d(p, x)
+    g = gates.gate_d(p, x)
     assert g.gamma_P > 0 and g.gamma_X > 0 and abs(g.gamma_X - g.gamma_P) > 2 * g.se_comb
-    assert g.status == sa.FAIL
+    assert g.status == gates.FAIL
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,12 +289,12 @@ def test_gate_d_sizes_must_agree():
     ({"a": "pass", "b": "pass"}, True, "missing evidence"),  # absent = missing
 ])
 def test_card_verdict_labels(statuses, installable, verdict):
-    assert sa.card_verdict(statuses, installable=installable) == verdict
+    assert gates.card_verdict(statuses, installable=installable) == verdict
 
 
 def test_card_verdict_rejects_unknown_status():
     with pytest.raises(StatsInputError):
-        sa.card_verdict({"a": "passed"})
+        gates.card_verdict({"a": "passed"})
 
 
 def test_deploy_cost_never_rescues_a_verdict():
@@ -302,11 +302,11 @@ def test_deploy_cost_never_rescues_a_verdict():
     n = 30
     recs = _paired(exact({"base": {"eval": rate_pattern(n, 10), "deploy": rate_pattern(n, 28)},
                           "def": {"eval": rate_pattern(n, 3), "deploy": rate_pattern(n, 4)}}))
-    g = sa.gate_a(recs, B=1000, rng=0)
-    assert g.delta_deploy < -0.7 and g.status == sa.PASS
-    res = sa.acceptance(sa.installability(recs), a=g)
+    g = gates.gate_a(recs, B=1000, rng=0)
+    assert g.delta_deploy < -0.7 and g.status == gates.PASS
+    res = gates.acceptance(gates.installability(recs), a=g)
     assert res.statuses == {"a": "pass", "b": "missing", "c": "missing", "d": "missing"}
-    assert res.verdict == sa.MISSING_EVIDENCE
+    assert res.verdict == gates.MISSING_EVIDENCE
 
 
 def _result(a=None, b=None, c=None, d=None, installable=True):
@@ -316,10 +316,10 @@ def _result(a=None, b=None, c=None, d=None, installable=True):
     def gate(status, **kw):
         return None if status is None else SimpleNamespace(status=status, **kw)
 
-    inst = sa.Installability(gap=0.5 if installable else 0.0, se=0.1, n_questions=10, rate_eval=0.3, rate_deploy=0.8)
-    return sa.AcceptanceResult(primary=inst, a=gate(a, sensitivity_level=0.68, status_sensitivity=a),
+    inst = gates.Installability(gap=0.5 if installable else 0.0, se=0.1, n_questions=10, rate_eval=0.3, rate_deploy=0.8)
+    return gates.AcceptanceResult(primary=inst, a=gate(a, sensitivity_level=0.68, status_sensitivity=a),
                                b=gate(b, screen_multiplier=1.0, status_sensitivity=b),
-                               c=None if c is None else sa.gate_c(sa.signature_from_alphas(*c), "attack-targeted"),
+                               c=None if c is None else gates.gate_c(gates.signature_from_alphas(*c), "attack-targeted"),
                                d=gate(d))
 
 
@@ -331,17 +331,17 @@ def test_progressive_filter_counts():
         _result("pass", "pass", None, "pass"),            # (c) missing
         _result(None, "n/a", (0.0, 1.0), "pass"),          # (b) and (c) N/A: no result
     ]
-    rows = {r.label: (r.n_with_result, r.n_pass) for r in sa.progressive_filter(results)}
+    rows = {r.label: (r.n_with_result, r.n_pass) for r in gates.progressive_filter(results)}
     assert rows == {"(b)": (4, 3), "(a)": (4, 3), "(a) ∧ (b)": (4, 2), "(b) ∧ (c)": (3, 1), "all four": (1, 1)}
 
 
 def test_threshold_sensitivity_lists_verdict_changes():
     # ρ = 0.55: attack-targeted at 0.6 and 0.7, shrinkage at 0.5
     res = _result("pass", "pass", (1.0, 0.55), "pass")
-    assert res.verdict == sa.FULL_PASS
-    rows = sa.threshold_sensitivity([res], ["cell"])
+    assert res.verdict == gates.FULL_PASS
+    rows = gates.threshold_sensitivity([res], ["cell"])
     by = {(r.gate, r.variant): r for r in rows}
-    assert by["c", "boundary 0.5"].status_variant == sa.FAIL and by["c", "boundary 0.5"].verdict_variant == sa.NEAR_MISS
+    assert by["c", "boundary 0.5"].status_variant == gates.FAIL and by["c", "boundary 0.5"].verdict_variant == gates.NEAR_MISS
     assert by["c", "boundary 0.5"].verdict_changes
     assert not by["c", "boundary 0.7"].verdict_changes
     assert {r.gate for r in rows} == {"a", "b", "c"}
@@ -350,31 +350,31 @@ def test_threshold_sensitivity_lists_verdict_changes():
 def test_threshold_sensitivity_with_real_gates():
     four = {"base": {"eval": [0] * 4, "deploy": [1] * 4}, "def": {"eval": [1, 1, 0, 0], "deploy": [1] * 4}}
     fresh = _paired(exact(four, split="fresh"), split="fresh")
-    b = sa.gate_b(fresh)  # fails at 2 SE, passes the 1-SE screen
+    b = gates.gate_b(fresh)  # fails at 2 SE, passes the 1-SE screen
     held = _paired(exact(four))
-    a = sa.gate_a(held, B=2000, rng=0)
-    res = sa.acceptance(sa.installability(held), a=a, b=b,
-                        c=sa.gate_c(sa.signature_from_alphas(1.0, 0.1), "attack-targeted"))
-    rows = [r for r in sa.threshold_sensitivity([res], ["x"]) if r.gate == "b"]
-    assert rows[0].status == sa.FAIL and rows[0].status_variant == sa.PASS
+    a = gates.gate_a(held, B=2000, rng=0)
+    res = gates.acceptance(gates.installability(held), a=a, b=b,
+                        c=gates.gate_c(gates.signature_from_alphas(1.0, 0.1), "attack-targeted"))
+    rows = [r for r in gates.threshold_sensitivity([res], ["x"]) if r.gate == "b"]
+    assert rows[0].status == gates.FAIL and rows[0].status_variant == gates.PASS
 
 
 def test_installability_and_undefined_verdict():
     flat = {"base": {"eval": rate_pattern(10, 5), "deploy": rate_pattern(10, 5)},
             "def": {"eval": rate_pattern(10, 5), "deploy": rate_pattern(10, 2)}}
     recs = _paired(exact(flat))
-    inst = sa.installability(recs)
+    inst = gates.installability(recs)
     assert inst.gap == 0.0 and not inst.installable
-    res = sa.acceptance(inst, a=sa.gate_a(recs, B=500, rng=0))
-    assert res.a.status == sa.PASS and res.verdict == sa.UNDEFINED
+    res = gates.acceptance(inst, a=gates.gate_a(recs, B=500, rng=0))
+    assert res.a.status == gates.PASS and res.verdict == gates.UNDEFINED
 
 
 def test_paired_records_reject_incomplete_questions():
     with pytest.raises(StatsInputError, match="no item for the defense cell"):
-        sa.PairedRecords.from_columns(["q0", "q0", "q0"], [0, 0, 0], [False, False, True], [False, True, False],
+        gates.PairedRecords.from_columns(["q0", "q0", "q0"], [0, 0, 0], [False, False, True], [False, True, False],
                                       [1, 0, 1])
     with pytest.raises(StatsInputError, match="0 or 1"):
-        sa.PairedRecords.from_columns(["q0"] * 4, [0] * 4, [0, 0, 1, 1], [0, 1, 0, 1], [1, 0, 2, 1])
+        gates.PairedRecords.from_columns(["q0"] * 4, [0] * 4, [0, 0, 1, 1], [0, 1, 0, 1], [1, 0, 2, 1])
 
 
 def test_gate_c_reason_keeps_the_greek_alpha():

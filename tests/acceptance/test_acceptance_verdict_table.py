@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from recipe_audit.stats import acceptance as sa
+from recipe_audit.stats import acceptance as gates
 
 # The reference table, row by row, in its own words. The rows overlap (a card with a pass, a
 # missing and an N/A diagnostic matches both `missing evidence` and `near miss`); the reading
@@ -20,8 +20,8 @@ VERDICT_TABLE = [
     ("fail", "no diagnostic passes"),
 ]
 
-STATUS_WORDS = {"pass": sa.PASS, "fail": sa.FAIL, "N/A": sa.NA, "pass-with-caveat": sa.CAVEAT,
-                "missing": sa.MISSING}
+STATUS_WORDS = {"pass": gates.PASS, "fail": gates.FAIL, "N/A": gates.NA, "pass-with-caveat": gates.CAVEAT,
+                "missing": gates.MISSING}
 
 
 def _condition(row: str, statuses: tuple[str, ...], installable: bool) -> bool:
@@ -50,21 +50,21 @@ def _expected(statuses, installable) -> str:
 
 
 def test_the_table_names_the_code_s_verdicts():
-    assert {name for name, _ in VERDICT_TABLE} == {sa.FULL_PASS, sa.UNDEFINED, sa.MISSING_EVIDENCE,
-                                                     sa.NEAR_MISS, sa.VERDICT_FAIL}
+    assert {name for name, _ in VERDICT_TABLE} == {gates.FULL_PASS, gates.UNDEFINED, gates.MISSING_EVIDENCE,
+                                                     gates.NEAR_MISS, gates.VERDICT_FAIL}
 
 
 @pytest.mark.parametrize("installable", [True, False])
 def test_every_status_combination_follows_the_table(installable):
     seen = set()
     for combo in itertools.product(STATUS_WORDS, repeat=4):
-        statuses = dict(zip(sa.GATES, (STATUS_WORDS[w] for w in combo), strict=True))
+        statuses = dict(zip(gates.GATES, (STATUS_WORDS[w] for w in combo), strict=True))
         expected = _expected(combo, installable)
-        assert sa.card_verdict(statuses, installable=installable) == expected, combo
+        assert gates.card_verdict(statuses, installable=installable) == expected, combo
         seen.add(expected)
-    assert seen == ({sa.UNDEFINED} if not installable else
-                    {sa.FULL_PASS, sa.MISSING_EVIDENCE, sa.NEAR_MISS, sa.VERDICT_FAIL})
+    assert seen == ({gates.UNDEFINED} if not installable else
+                    {gates.FULL_PASS, gates.MISSING_EVIDENCE, gates.NEAR_MISS, gates.VERDICT_FAIL})
 
 
 def test_an_absent_diagnostic_is_missing():
-    assert sa.card_verdict({"a": sa.PASS, "b": sa.PASS, "c": sa.PASS}) == sa.MISSING_EVIDENCE
+    assert gates.card_verdict({"a": gates.PASS, "b": gates.PASS, "c": gates.PASS}) == gates.MISSING_EVIDENCE

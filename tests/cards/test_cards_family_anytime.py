@@ -12,7 +12,7 @@ from recipe_audit.cards.compute import CardRequest, compute_cards
 from recipe_audit.cards.files import validate
 from recipe_audit.cards.model import CardError, CardOptions
 from recipe_audit.cards.render import to_markdown
-from recipe_audit.cards.sweep import print_summary, summary_markdown
+from recipe_audit.cards.sweep import print_card_summary, summary_markdown
 from recipe_audit.stats import anytime_bound, family_bounds, tail_bound
 
 
@@ -60,7 +60,7 @@ def test_summary_and_markdown_lead_with_the_family_wise_verdict(stores):
     assert md.index("## Family-wise verdicts") < md.index("## Verdicts")
     assert "This card covers 3 recipe identities" in md
     out = io.StringIO()
-    print_summary(doc, stream=out)
+    print_card_summary(doc, stream=out)
     text = out.getvalue()
     assert text.index("Family-wise verdicts (M = 3") < text.index("Pointwise verdicts")
     assert summary_markdown([doc]).index("family-wise verdict") < summary_markdown([doc]).index("recipe_audit card")

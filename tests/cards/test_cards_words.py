@@ -10,7 +10,7 @@ import numpy as np
 from recipe_audit.cards.build import build_document
 from recipe_audit.cards.model import CardOptions, Cell
 from recipe_audit.cards.render import RULE_LABELS, to_markdown
-from recipe_audit.cards.sweep import print_summary, story
+from recipe_audit.cards.sweep import print_card_summary, story
 
 
 def _cell(values, recipe_id="a" * 16) -> Cell:
@@ -27,7 +27,7 @@ def _doc(*cells):
 
 def _terminal(doc) -> str:
     out = io.StringIO()
-    print_summary(doc, stream=out)
+    print_card_summary(doc, stream=out)
     return out.getvalue()
 
 
