@@ -40,7 +40,7 @@ def _rerun(client, exp: str, n_params: int) -> list[float]:
     t.append(time.perf_counter())
     client.log_batch(run_id, metrics=[Metric("val_accuracy", 0.9, 0, 0)],
                      params=[Param(f"p{i}", str(i)) for i in range(n_params)],
-                     tags=[RunTag("recipe_audit.fails_tau_0.7", "false")])
+                     tags=[RunTag("recipe_audit.fails.val_accuracy.tau_0.7", "false")])
     t.append(time.perf_counter())
     client.get_run(run_id)
     t.append(time.perf_counter())

@@ -45,6 +45,20 @@ METRIC_TRAIN_LOSS = "train_loss"  # logged with step
 METRIC_TRAIN_SECONDS = "train_seconds"
 
 
+def fails_tag(metric: str, tau: float) -> str:
+    """The tag that says whether a rerun fails the release bar τ on ``metric`` (value ``true`` or
+    ``false``): ``recipe_audit.fails.<metric>.tau_<τ>``, e.g.
+    ``recipe_audit.fails.accuracy/calibration.tau_0.7``. One name wherever it is written (the sweep
+    tags each rerun as it ends; a card logged later tags its reruns at its own τ), always with the
+    metric: the same rerun can be on cards of several metrics, whose bars must not overwrite each
+    other. A rerun that did not finish, or has no value, fails every bar, as the card counts it."""
+    return f"{PREFIX}fails.{metric}.tau_{float(tau):g}"
+
+
+# what sweeps on one metric wrote before fails_tag (no metric in the name): recipe_audit.fails_tau_<τ>
+LEGACY_FAILS_TAG_PREFIX = PREFIX + "fails_tau_"
+
+
 def accuracy_key(audit_set: str) -> str:
     """Metric key of the final accuracy of a rerun on one audit set."""
     return f"accuracy/{audit_set}"

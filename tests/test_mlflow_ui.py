@@ -172,7 +172,7 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
             shot(page, "mlflow_ui_runs.png")
             # every rerun is tagged pass/fail at the card's τ: the search lists the one that failed
             box = page.get_by_test_id("search-box")
-            box.fill("tags.`recipe_audit.fails_tau_0.7` = 'true'")
+            box.fill("tags.`recipe_audit.fails.val_accuracy.tau_0.7` = 'true'")
             box.press("Enter")
             page.get_by_text("2 matching runs").wait_for()  # the failing rerun and the sweep it is in
             assert [t.split("\n")[-1] for t in names.all_inner_texts()] == [ids["sweep_name"], "train-seed2"]

@@ -145,7 +145,7 @@ def test_a_users_sweep_becomes_reruns_and_a_card(tmp_path, store, launcher):
     assert (parent.data.metrics["n_reruns"], parent.data.metrics["n_failures"]) == (6, 2)
     assert "| 0.7 | 2/6 |" in parent.data.tags["mlflow.note.content"]
     failing = {int(r.data.tags[keys.TAG_SEED]) for r in client.search_runs(
-        [parent.info.experiment_id], "tags.`recipe_audit.fails_tau_0.7` = 'true'")}
+        [parent.info.experiment_id], f"tags.`{keys.fails_tag('val_accuracy', 0.7)}` = 'true'")}
     assert failing == {2, 4}
     (card_run,) = _kind(runs, keys.KIND_CARD)
     arts = {a.path for a in client.list_artifacts(card_run.info.run_id)}

@@ -935,7 +935,8 @@ def sweep_run_name(sweep_id: str, entries: list[dict[str, Any]]) -> str:
 
 
 def tag_rerun_bars(store: Store, run_id: str, tags: Mapping[str, str]) -> None:
-    """Pass/fail tags of one rerun (``recipe_audit.fails_tau_0.7 = true``), so a search lists the failures."""
+    """Pass/fail tags of one rerun (``recipe_audit.fails.accuracy/calibration.tau_0.7 = true``,
+    :func:`recipe_audit.keys.fails_tag`), so a search lists the failures."""
     from mlflow.entities import RunTag
 
     if tags:
