@@ -38,7 +38,7 @@ from recipe_audit.reruns import QueryError, metric_name
 from recipe_audit.store import read_client, read_sql
 from recipe_audit.store.raw_runs import ATTRIBUTES, RawRuns, objects, redact
 
-__all__ = ["AUTO", "QueryError", "is_http_uri", "is_sql_uri", "read_runs"]
+__all__ = ["AUTO", "QueryError", "is_http_uri", "is_sql_uri", "read_params", "read_runs"]
 
 AUTO = "auto"
 """Default of ``filter_kind`` (see :func:`read_runs`) and of ``backend``."""
@@ -239,6 +239,22 @@ def read_runs(
         path=backend,
     )
     return frame
+
+
+def read_params(
+    tracking_uri: str | None, run_ids: Sequence[str], names: Sequence[str]
+) -> dict[str, dict[str, str]]:
+    """The params ``names`` of each of ``run_ids``, ``{run id: {name: value}}`` (a name a run did
+    not log is left out): a point read for a few runs, where :func:`read_runs` with ``params.X``
+    keys would read the params of every run. The backend is chosen by URI as :func:`read_runs`
+    chooses it. MLflow params cannot change once logged, so a separate read gives the values the
+    runs had when :func:`read_runs` read them."""
+    uri = _resolve_uri(tracking_uri)
+    if not run_ids or not names:
+        return {r: {} for r in run_ids}
+    if is_sql_uri(uri):
+        return read_sql.read_params(uri, run_ids, names)
+    return read_client.read_params(uri, run_ids, names)
 
 
 def _frame(

@@ -16,7 +16,7 @@ from recipe_audit import keys
 from recipe_audit.reruns import QueryError
 from recipe_audit.store.raw_runs import RawRuns, floats, objects, redact
 
-__all__ = ["PAGE_SIZE", "REST_PAGE", "REST_SLICES", "SMALL_PAGE_SIZE", "read_client", "read_rest"]
+__all__ = ["PAGE_SIZE", "REST_PAGE", "REST_SLICES", "SMALL_PAGE_SIZE", "read_client", "read_params", "read_rest"]
 
 PAGE_SIZE = 50_000
 """Runs per ``search_runs`` page (MLflow's SEARCH_MAX_RESULTS_THRESHOLD)."""
@@ -276,3 +276,21 @@ def read_rest(
         client, experiment_id, infos, tags, params, metrics, tag_names, param_names, metric_names, attr_names
     )
 
+
+
+def read_params(uri: str, run_ids: Sequence[str], names: Sequence[str]) -> dict[str, dict[str, str]]:
+    """The params ``names`` of each of ``run_ids`` (a name a run did not log is left out), one
+    ``get_run`` a run: for a few runs (one per cell), not for every rerun."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    wanted = set(names)
+    out: dict[str, dict[str, str]] = {}
+    for rid in dict.fromkeys(run_ids):
+        try:
+            params = client.get_run(rid).data.params
+        except MlflowException:
+            params = {}
+        out[rid] = {k: v for k, v in params.items() if k in wanted}
+    return out

@@ -248,3 +248,18 @@ def test_search_runs_path_falls_back_to_small_pages_when_refused(rich_store, mon
     monkeypatch.setattr(read_client, "PAGE_SIZE", 10**6)  # above what MLflow accepts
     monkeypatch.setattr(read_client, "SMALL_PAGE_SIZE", 3)
     _same(expected, read_runs(uri, "exp", [METRIC], backend="client"))
+
+
+def test_read_params_of_a_few_runs_matches_read_runs(rich_store):
+    from recipe_audit.store.read import read_params
+
+    uri, _ = rich_store
+    frame = read_runs(uri, "exp", [METRIC], extra_keys=["params.recipe.lr", "params.model.name"])
+    ids = frame["run_id"].tolist()[:3]
+    names = ["recipe.lr", "model.name", "absent"]
+    want = {r: {k: v for k in names[:2] if (v := frame.set_index("run_id").at[r, f"params.{k}"]) is not None}
+            for r in ids}
+    assert any(want.values())  # not two empty answers agreeing
+    assert read_params(uri, ids, names) == want
+    assert read_client.read_params(uri, ids, names) == want  # the client path, as for file stores
+    assert read_params(uri, [], names) == {}
