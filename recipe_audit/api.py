@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -32,10 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Card", "attach", "bound", "card", "card_from_runs", "gate", "verdict"]
 
-DEFAULT_TAUS = (0.7,)
 
 
-def bound(failures: int, reruns: int, eps: float = 0.10, delta: float = 0.10) -> TailBound:
+def bound(failures: int, reruns: int, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA) -> TailBound:
     """The exact bounds on the probability that the next rerun fails, for ``failures`` (k)
     failed reruns out of ``reruns`` (N): the one-sided Clopper–Pearson upper bound ``upper`` (U)
     and lower bound ``lower`` (L) at confidence 1 − δ, the sample floor ``sample_floor`` (N_min,
@@ -55,7 +56,7 @@ def bound(failures: int, reruns: int, eps: float = 0.10, delta: float = 0.10) ->
     return tail_bound(failures, reruns, eps, delta)
 
 
-def verdict(failures: int, reruns: int, eps: float = 0.10, delta: float = 0.10) -> str:
+def verdict(failures: int, reruns: int, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA) -> str:
     """The card's verdict for ``failures`` of ``reruns``: ``release-supported`` (U ≤ ε and N ≥
     N_min), ``unsupported``, ``strong-unsupported`` (even L > ε) or ``insufficient-evidence``
     (N < N_min).
@@ -113,17 +114,15 @@ class Card:
         return render_files(self.doc, Path(directory))
 
 
-def _options(taus: Sequence[float], eps: float, delta: float, higher_is_better: bool, unfinished: str):
+def _options(taus: float | Sequence[float], eps: float, delta: float, higher_is_better: bool, unfinished: str):
     from recipe_audit.cards.model import CardOptions
 
-    if isinstance(taus, (int, float)):
-        taus = (taus,)
-    return CardOptions(taus=tuple(float(t) for t in taus), eps=eps, delta=delta,
-                       higher_is_better=higher_is_better, unfinished=unfinished)
+    return CardOptions.from_config(taus=taus, eps=eps, delta=delta, higher_is_better=higher_is_better,
+                                   unfinished=unfinished)
 
 
 def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[float] = DEFAULT_TAUS,
-         eps: float = 0.10, delta: float = 0.10, tracking_uri: str | None = None,
+         eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, tracking_uri: str | None = None,
          seed_key: str | None = None, group_by: Sequence[str] = (), higher_is_better: bool = True,
          unfinished: str = "fail", recipe_id: str | None = None, sweep_id: str | None = None,
          planned_seeds: Sequence[int] | None = None) -> Card:
@@ -174,7 +173,7 @@ def _column(frame: pd.DataFrame, name: str, what: str, prefixes: Sequence[str]) 
 
 
 def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
-                   taus: float | Sequence[float] = DEFAULT_TAUS, eps: float = 0.10, delta: float = 0.10,
+                   taus: float | Sequence[float] = DEFAULT_TAUS, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA,
                    group_by: Sequence[str] = (), higher_is_better: bool = True, unfinished: str = "fail",
                    planned_seeds: Sequence[int] | None = None) -> Card:
     """The recipe card of a table of runs, one row per run: no tracking store needed.

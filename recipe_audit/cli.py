@@ -26,6 +26,7 @@ from recipe_audit.commands.args import (
     risk,
     whole,
 )
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,10 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "in N reruns. Counts go up to 10^15.")
     b.add_argument("--failures", "-k", type=failures, required=True, help="failed reruns k (0 <= k <= N)")
     b.add_argument("--reruns", "-n", type=reruns, required=True, help="reruns N (1 to 10^15)")
-    b.add_argument("--eps", type=probability, default=0.10,
-                   help="failure budget ε, strictly between 0 and 1 (default 0.10)")
-    b.add_argument("--delta", type=risk, default=0.10,
-                   help="statistical risk δ, strictly between 0 and 0.5 (default 0.10)")
+    b.add_argument("--eps", type=probability, default=DEFAULT_EPS,
+                   help=f"failure budget ε, strictly between 0 and 1 (default {DEFAULT_EPS:.2f})")
+    b.add_argument("--delta", type=risk, default=DEFAULT_DELTA,
+                   help=f"statistical risk δ, strictly between 0 and 0.5 (default {DEFAULT_DELTA:.2f})")
     b.add_argument("--family-size", type=whole(1, 10**15, "10^15"), default=None, metavar="M",
                    help="the recipe was chosen from M recipe identities (a grid, the best of several): "
                         "also state the family-wise bounds at risk δ/M, its floor and verdict, which hold "
@@ -75,13 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keys that define a cell besides the recipe identity (e.g. params.model_name; "
                         "default: none)")
     c.add_argument("--tau", action="extend", nargs="+", type=finite, default=[], metavar="T",
-                   help=f"release bar(s) τ; several give a grid (default {DEFAULT_TAU}); for the accuracy metrics "
+                   help=f"release bar(s) τ; several give a grid (default {' '.join(f'{x:g}' for x in DEFAULT_TAUS)}); for the accuracy metrics "
                         "(accuracy/AUDIT) τ must lie in [0, 1]; a τ beyond every value the reruns "
                         "logged is allowed and noted")
-    c.add_argument("--eps", type=probability, default=0.10,
-                   help="failure budget ε, strictly between 0 and 1 (default 0.10)")
-    c.add_argument("--delta", type=risk, default=0.10,
-                   help="statistical risk δ, strictly between 0 and 0.5 (default 0.10)")
+    c.add_argument("--eps", type=probability, default=DEFAULT_EPS,
+                   help=f"failure budget ε, strictly between 0 and 1 (default {DEFAULT_EPS:.2f})")
+    c.add_argument("--delta", type=risk, default=DEFAULT_DELTA,
+                   help=f"statistical risk δ, strictly between 0 and 0.5 (default {DEFAULT_DELTA:.2f})")
     c.add_argument("--lower-is-better", action="store_true", help="the metric is a loss: fail when > τ")
     c.add_argument("--unfinished", choices=("fail", "refuse"), default="fail",
                    help="unfinished reruns count as failures (fail, the default) or refuse the card")
@@ -123,7 +124,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 SPLITS_MAX = 100_000
 BOOTSTRAP_MAX = 100_000
-DEFAULT_TAU = 0.7
 
 
 def cmd_bound(a: argparse.Namespace) -> int:
@@ -189,7 +189,7 @@ def cmd_card(a: argparse.Namespace) -> int:
     metric = a.metric or keys.accuracy_key(audits[0] if audits else keys.DEFAULT_AUDIT)
     shift = a.all_audits or len(audits) > 1
     metrics = [keys.accuracy_key(x) for x in dict.fromkeys(audits)] if shift and audits else [metric]
-    taus = tuple(a.tau or [DEFAULT_TAU])
+    taus = tuple(a.tau or DEFAULT_TAUS)
     check.taus_in_range(taus, metrics if not a.all_audits else [*metrics, keys.DEFAULT_METRIC],
                         not a.lower_is_better)
     check.budget(a.eps, a.delta)
@@ -204,10 +204,10 @@ def cmd_card(a: argparse.Namespace) -> int:
     from recipe_audit.cards.sweep import print_card_summary
     from recipe_audit.store.cards import log_cell_card_runs
 
-    opts = CardOptions(taus=taus, eps=a.eps, delta=a.delta,
-                       higher_is_better=not a.lower_is_better, unfinished=a.unfinished,
-                       bootstrap_B=a.bootstrap, bootstrap_seed=a.bootstrap_seed, band_method=a.band_method,
-                       family_size=a.family_size, anytime=a.anytime)
+    opts = CardOptions.from_config(taus=taus, eps=a.eps, delta=a.delta,
+                                   higher_is_better=not a.lower_is_better, unfinished=a.unfinished,
+                                   bootstrap_B=a.bootstrap, bootstrap_seed=a.bootstrap_seed,
+                                   band_method=a.band_method, family_size=a.family_size, anytime=a.anytime)
     req = CardRequest(experiment=a.experiment_name, metric=metric, tracking_uri=uri, seed_key=a.seed_key,
                       group_by=tuple(a.group_by), recipe_id=a.recipe_id, sweep_id=a.sweep_id,
                       planned_seeds=planned)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
+
 # a required field (OmegaConf reads the string "???" in a structured config as missing; this
 # module stays free of Hydra and OmegaConf so the training code can import it)
 MISSING = "???"
@@ -82,9 +84,9 @@ class AuditConfig:
     extra_task_options: dict[str, Any] = field(default_factory=dict)
     # the audit set the card is computed on by default (the calibration audit D_P)
     primary: str = "calibration"
-    taus: list[float] = field(default_factory=lambda: [0.7])
-    eps: float = 0.10
-    delta: float = 0.10
+    taus: list[float] = field(default_factory=lambda: list(DEFAULT_TAUS))
+    eps: float = DEFAULT_EPS
+    delta: float = DEFAULT_DELTA
     higher_is_better: bool = True
     eval_batch_size: int = 256
     # what the card does with unfinished reruns: "fail" counts them as failures, "refuse" refuses

@@ -39,6 +39,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from recipe_audit.keys import KIND_ACCEPTANCE_CELL, KIND_RERUN
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 
 log = logging.getLogger("recipe_audit")
 
@@ -112,8 +113,8 @@ class RecipeAuditCallback(Callback):
     failed_noun = "rerun(s)"
     failed_consequence = "the card counts them as failures"
 
-    def __init__(self, metric: Any, higher_is_better: bool = True, taus: Sequence[float] = (0.7,),
-                 eps: float = 0.10, delta: float = 0.10, seed_key: str = "seed",
+    def __init__(self, metric: Any, higher_is_better: bool = True, taus: Sequence[float] = DEFAULT_TAUS,
+                 eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, seed_key: str = "seed",
                  identity_exclude: Sequence[str] = (), experiment_name: str | None = None,
                  tracking_uri: str | None = None, unfinished: str = "fail", resume: bool = False,
                  card_on_multirun_end: bool = True, threads: Any = None, _target_: str | None = None) -> None:
@@ -162,9 +163,8 @@ class RecipeAuditCallback(Callback):
         if self.unfinished not in ("fail", "refuse"):
             raise OptionError(f"{name('unfinished')} must be 'fail' or 'refuse', not {self.unfinished!r}.")
         try:
-            return CardOptions(taus=tuple(float(t) for t in self.taus), eps=float(self.eps),
-                               delta=float(self.delta), higher_is_better=self.higher_is_better,
-                               unfinished=str(self.unfinished))
+            return CardOptions.from_config(taus=list(self.taus), eps=float(self.eps), delta=float(self.delta),
+                                           higher_is_better=self.higher_is_better, unfinished=str(self.unfinished))
         except (CardError, TypeError, ValueError) as exc:
             raise OptionError(f"{name('taus')}: {exc}") from None
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
+
 CALLBACK_TARGET = "recipe_audit.app.callback.RecipeAuditCallback"
 
 
@@ -24,9 +26,9 @@ class RecipeAuditCallbackConfig:
     metric: Any = None
     higher_is_better: bool = True
     # release bars, the failure budget eps and the risk delta of the card
-    taus: list[float] = field(default_factory=lambda: [0.7])
-    eps: float = 0.10
-    delta: float = 0.10
+    taus: list[float] = field(default_factory=lambda: list(DEFAULT_TAUS))
+    eps: float = DEFAULT_EPS
+    delta: float = DEFAULT_DELTA
     # the config key that holds the seed (dotted for a nested key: "trainer.seed")
     seed_key: str = "seed"
     # config keys (dotted) left out of the recipe identity besides the seed and what depends on

@@ -53,6 +53,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipe_audit import keys
 from recipe_audit.app.launchers import plain_int_seed
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 from recipe_audit.store.curtailment import RECORD_FILE  # also written beside the sweep
 
 log = logging.getLogger("recipe_audit")
@@ -216,12 +217,12 @@ class CurtailingSweeperBase(RecipeSweeperBase):
             metric = metric if isinstance(metric, str) else (list(metric or []) or [None])[0]
             if not metric:
                 raise HydraException("The curtailing sweeper needs hydra.callbacks.recipe_audit.metric.")
-            audit = {"metric": str(metric), "taus": opts.get("taus", [0.7]), "eps": opts.get("eps", 0.10),
-                     "delta": opts.get("delta", 0.10), "higher_is_better": opts.get("higher_is_better", True)}
+            audit = {"metric": str(metric), "taus": opts.get("taus", list(DEFAULT_TAUS)), "eps": opts.get("eps", DEFAULT_EPS),
+                     "delta": opts.get("delta", DEFAULT_DELTA), "higher_is_better": opts.get("higher_is_better", True)}
         else:
             a = OmegaConf.to_container(self.config.audit, resolve=True) if "audit" in self.config else {}
             audit = {"metric": keys.accuracy_key(str(a.get("primary", keys.DEFAULT_AUDIT))),
-                     "taus": a.get("taus", [0.7]), "eps": a.get("eps", 0.10), "delta": a.get("delta", 0.10),
+                     "taus": a.get("taus", list(DEFAULT_TAUS)), "eps": a.get("eps", DEFAULT_EPS), "delta": a.get("delta", DEFAULT_DELTA),
                      "higher_is_better": a.get("higher_is_better", True)}
         taus = [float(t) for t in audit["taus"] or []]
         if not taus:

@@ -4,12 +4,14 @@ question (:class:`CardOptions`), frozen and typed, with the one error a card rai
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
 from recipe_audit import keys, stats
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 
 SCHEMA_VERSION = "1.1"
 CARD_KIND = "recipe_card"
@@ -28,8 +30,8 @@ class CardOptions:
     """What a card is asked: bars, budget, risk, and how unfinished reruns are treated."""
 
     taus: tuple[float, ...]
-    eps: float = 0.10
-    delta: float = 0.10
+    eps: float = DEFAULT_EPS
+    delta: float = DEFAULT_DELTA
     higher_is_better: bool = True
     unfinished: str = "fail"  # "fail": unfinished reruns are failures; "refuse": no card
     bootstrap_B: int = DEFAULT_BOOTSTRAP_B
@@ -37,6 +39,31 @@ class CardOptions:
     band_method: str = "auto"  # the simultaneous band: auto | exact-cp | exact-ks | dkw
     family_size: int | None = None  # M stated by the user (default: the recipe identities counted)
     anytime: bool = False  # read every cell as an open-ended sweep (the confidence sequence)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None = None, /, **options: Any) -> CardOptions:
+        """The card options of an audit configuration, built the same way wherever a card is
+        asked for: the built-in app's ``audit`` group, the callback's options, the command line's,
+        the Python API's, or the ``options`` a card was computed with. Keys that are not card
+        options (``sets``, ``primary``) are ignored, ``options`` override ``config``, a missing
+        or None option takes its default, and ``taus`` may be a single number.
+
+        >>> CardOptions.from_config({"taus": [0.7, 0.8], "eps": 0.05, "sets": ["all"]}, delta=0.2).taus
+        (0.7, 0.8)
+        >>> CardOptions.from_config(taus=0.9).eps
+        0.1
+        """
+        merged = {**(config or {}), **options}
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in merged.items() if k in names and v is not None}
+        taus = kw.get("taus", DEFAULT_TAUS)
+        if isinstance(taus, (int, float, str)):
+            taus = (taus,)
+        try:
+            kw["taus"] = tuple(float(t) for t in taus)
+        except (TypeError, ValueError):
+            raise CardError(f"The release bars tau must be numbers, not {taus!r}.") from None
+        return cls(**kw)
 
     def __post_init__(self) -> None:
         if not self.taus:

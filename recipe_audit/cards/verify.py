@@ -25,7 +25,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from recipe_audit.cards.digest import content_digest, document_digest, is_legacy, legacy_document_digest
@@ -193,9 +193,7 @@ def request_of(doc: dict[str, Any], tracking_uri: str | None = None):
         recipe_id=src.get("recipe_id"), sweep_id=src.get("sweep_id"),
         planned_seeds=None if planned is None else tuple(planned),
     )
-    kw = {f.name: o[f.name] for f in fields(CardOptions) if f.name in o}
-    kw["taus"] = tuple(kw["taus"])
-    return req, CardOptions(**kw)
+    return req, CardOptions.from_config(o)
 
 
 def recompute(doc: dict[str, Any], tracking_uri: str | None = None) -> dict[tuple, dict[str, Any]]:

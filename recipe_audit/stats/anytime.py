@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from recipe_audit.stats import exact
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 
 __all__ = [
@@ -142,7 +143,7 @@ def _bounds(k: int, n: int, d: float) -> tuple[float, float]:
     return _upper(k, n, d), _lower(k, n, d)
 
 
-def anytime_upper(k, n, delta=0.10) -> float:
+def anytime_upper(k, n, delta=DEFAULT_DELTA) -> float:
     """The confidence sequence's upper bound ``U_n`` for ``k`` failures in ``n`` reruns.
 
     >>> round(anytime_upper(0, 34), 4), round(anytime_upper(3, 59), 4), anytime_upper(5, 5)
@@ -152,7 +153,7 @@ def anytime_upper(k, n, delta=0.10) -> float:
     return _bounds(k_i, n_i, exact.check_delta(delta))[0]
 
 
-def anytime_lower(k, n, delta=0.10) -> float:
+def anytime_lower(k, n, delta=DEFAULT_DELTA) -> float:
     """The confidence sequence's lower bound ``L_n`` for ``k`` failures in ``n`` reruns.
 
     >>> anytime_lower(0, 59), round(anytime_lower(10, 20), 4)
@@ -217,7 +218,7 @@ def _check_floor(e: float, d: float) -> int:
     return floor
 
 
-def anytime_sample_floor(eps=0.10, delta=0.10) -> int:
+def anytime_sample_floor(eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> int:
     """The anytime floor: the fewest reruns at which a sweep with no failure reads ``U_n <= ε``.
 
     >>> anytime_sample_floor(0.1, 0.1), anytime_sample_floor(0.05, 0.05)
@@ -279,7 +280,7 @@ class AnytimeBound:
         return asdict(self)
 
 
-def anytime_bound(k, n, eps=0.10, delta=0.10) -> AnytimeBound:
+def anytime_bound(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> AnytimeBound:
     """The anytime card for ``k`` failures in ``n`` reruns.
 
     >>> a = anytime_bound(0, 34)
@@ -299,7 +300,7 @@ def anytime_bound(k, n, eps=0.10, delta=0.10) -> AnytimeBound:
                         pointwise_verdict=pw.verdict)
 
 
-def anytime_verdict(k, n, eps=0.10, delta=0.10) -> str:
+def anytime_verdict(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> str:
     """The anytime verdict for ``k`` failures in ``n`` reruns.
 
     >>> anytime_verdict(0, 34), anytime_verdict(0, 33), anytime_verdict(8, 20)
@@ -310,7 +311,7 @@ def anytime_verdict(k, n, eps=0.10, delta=0.10) -> str:
     return _verdict(k_i, n_i, e, d, _check_floor(e, d))
 
 
-def anytime_thresholds(n, eps=0.10, delta=0.10) -> tuple[int, int]:
+def anytime_thresholds(n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> tuple[int, int]:
     """``(supported_max_k, strong_min_k)`` at ``n`` reruns: the anytime verdict is
     ``release-supported`` exactly for ``k <= supported_max_k`` (-1: never) and
     ``strong-unsupported`` exactly for ``k >= strong_min_k`` (``n + 1``: never).
@@ -409,7 +410,7 @@ def _stop_reason(verdict: str, n: int, max_reruns: int) -> str | None:
     return "maximum" if n >= max_reruns else None
 
 
-def anytime_sequence(failures: Sequence[bool], eps=0.10, delta=0.10, batch_size=5,
+def anytime_sequence(failures: Sequence[bool], eps=DEFAULT_EPS, delta=DEFAULT_DELTA, batch_size=5,
                      max_reruns=None) -> AnytimeSequence:
     """Replay an open-ended sweep: ``failures`` are the reruns' outcomes in launch order (True =
     failed, an unfinished rerun included); the sweep looks after every ``batch_size`` reruns (and at

@@ -69,6 +69,7 @@ from recipe_audit.stats._validate import (
     check_scalar_prob,
 )
 from recipe_audit.stats.bounds import clopper_pearson_upper, sample_floor
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 
 __all__ = [
@@ -311,7 +312,7 @@ def _band(n: int, delta: float, method: str) -> SimultaneousBand:
                             coverage=cov, fallback=method == "dkw", levels=levels)
 
 
-def simultaneous_band(n: int, delta: float = 0.10, method: str = "auto") -> SimultaneousBand:
+def simultaneous_band(n: int, delta: float = DEFAULT_DELTA, method: str = "auto") -> SimultaneousBand:
     """The simultaneous upper band for ``n`` reruns at risk ``delta`` (cached).
 
     ``method="auto"`` picks ``exact-cp`` for ``n <= EXACT_CP_MAX_N``, ``exact-ks`` up to
@@ -384,7 +385,7 @@ def _auto_floor(eps: float, delta: float) -> int:
     return floor
 
 
-def band_sample_floor(eps: float = 0.10, delta: float = 0.10, method: str = "auto") -> int:
+def band_sample_floor(eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, method: str = "auto") -> int:
     """Smallest ``n`` at which a perfect sample (no failure at any τ) lets the band certify ``eps``:
     the smallest ``n`` with ``levels[0] <= eps`` for :func:`simultaneous_band` ``(n, delta, method)``.
 
@@ -458,7 +459,7 @@ class BandBounds:
                 "n_extra_failures": self.n_extra_failures, "band": self.band.to_dict()}
 
 
-def band_bounds(metrics, taus, *, eps: float = 0.10, delta: float = 0.10, higher_is_better: bool = True,
+def band_bounds(metrics, taus, *, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, higher_is_better: bool = True,
                 method: str = "auto", n_extra_failures: int = 0) -> BandBounds:
     """Per-bar simultaneous upper bounds from one cell's reruns.
 

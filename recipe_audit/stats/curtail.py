@@ -45,6 +45,7 @@ from recipe_audit.stats._validate import (
     make_rng,
 )
 from recipe_audit.stats.bounds import clopper_pearson_lower, clopper_pearson_upper, sample_floor
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 from recipe_audit.stats.exact import release_rule
 from recipe_audit.stats.verdicts import (
@@ -113,7 +114,7 @@ def _plan(n: int, eps: float, delta: float) -> CurtailPlan:
                        verdicts=tuple(str(x) for x in v))
 
 
-def curtail_plan(n_planned: int, eps: float = 0.10, delta: float = 0.10) -> CurtailPlan:
+def curtail_plan(n_planned: int, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA) -> CurtailPlan:
     """The thresholds of the verdict at a planned ``N`` (cached).
 
     >>> p = curtail_plan(59)
@@ -134,7 +135,7 @@ def _counts(k, m, n_planned):
     return k_arr, m_arr, n
 
 
-def curtail_determined(k, m, n_planned, eps=0.10, delta=0.10, stop_on: str = "decision"):
+def curtail_determined(k, m, n_planned, eps=DEFAULT_EPS, delta=DEFAULT_DELTA, stop_on: str = "decision"):
     """Whether, after ``m`` of ``n_planned`` reruns with ``k`` failures, the verdict at ``N``
     (``stop_on="verdict"``) or the release decision at ``N`` (``"decision"``) no longer depends on
     the remaining reruns. Vectorised over ``k`` and ``m``; a bool for scalar input.
@@ -156,7 +157,7 @@ def curtail_determined(k, m, n_planned, eps=0.10, delta=0.10, stop_on: str = "de
     return bool(out) if out.ndim == 0 else out
 
 
-def curtailed_verdict_array(k, m, n_planned, eps=0.10, delta=0.10) -> np.ndarray:
+def curtailed_verdict_array(k, m, n_planned, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> np.ndarray:
     """The verdict at ``N`` a curtailed sweep states: the verdict rules applied to the valid bounds
     ``U(k + r, N)`` and ``L(k, N)`` (see the module docstring). Equals ``verdict(k, N)`` when
     ``m == N``. Vectorised; returns a string array."""
@@ -238,7 +239,7 @@ def _reason(k: int, m: int, n: int, r: int, a: int, possible: tuple[str, ...], s
     return f"{head}: the verdict at N = {n} is not settled yet (still possible: {', '.join(possible)})."
 
 
-def curtail_state(k: int, m: int, n_planned: int, eps: float = 0.10, delta: float = 0.10,
+def curtail_state(k: int, m: int, n_planned: int, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA,
                   stop_on: str = "decision") -> CurtailState:
     """Where a sweep stands after ``m`` of ``n_planned`` reruns with ``k`` failures (scalars).
 
@@ -277,7 +278,7 @@ def _checkpoints(n: int, batch_size: int) -> np.ndarray:
     return np.unique(np.r_[np.arange(batch_size, n, batch_size), n])
 
 
-def curtail_sequence(failures, eps: float = 0.10, delta: float = 0.10, batch_size: int = 1,
+def curtail_sequence(failures, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, batch_size: int = 1,
                      stop_on: str = "decision") -> CurtailState:
     """Replay a curtailing sweep over the outcomes of all ``N = len(failures)`` planned reruns
     (True = failed), launched ``batch_size`` at a time in order; returns the state where it stops.
@@ -332,8 +333,8 @@ class CurtailSimulation:
         return out
 
 
-def simulate_curtailment(failure_prob: float, n_planned: int = 59, *, eps: float = 0.10,
-                         delta: float = 0.10, batch_size: int = 4, stop_on: str = "decision",
+def simulate_curtailment(failure_prob: float, n_planned: int = 59, *, eps: float = DEFAULT_EPS,
+                         delta: float = DEFAULT_DELTA, batch_size: int = 4, stop_on: str = "decision",
                          n_sims: int = 20000, rng=None) -> CurtailSimulation:
     """Simulate ``n_sims`` sweeps of ``n_planned`` reruns failing independently with probability
     ``failure_prob``, curtailed after every batch of ``batch_size``; vectorised.

@@ -42,6 +42,7 @@ from decimal import Decimal, localcontext
 from fractions import Fraction
 from functools import lru_cache
 
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 
 __all__ = [
@@ -487,7 +488,7 @@ def _verdict(k: int, n: int, e: float, d: float, n_min: int, lower: float) -> st
     return SUPPORTED if _certifies(k, n, e, d, n_min) else UNSUPPORTED
 
 
-def verdict(k, n, eps=0.10, delta=0.10) -> str:
+def verdict(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> str:
     """The verdict for ``k`` failures in ``n`` reruns (unfinished reruns count as failures).
 
     >>> verdict(0, 22), verdict(0, 21), verdict(5, 5), verdict(3, 30)
@@ -534,7 +535,7 @@ def _approx(n: int) -> str:
     return f"{float(n):.3g}" if n < 10**300 else f"{Decimal(n).normalize():.2g}"
 
 
-def more_clean_reruns_needed(k, n, eps=0.10, delta=0.10) -> int:
+def more_clean_reruns_needed(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> int:
     """How many further reruns, all without failure, would make ``(k, n)`` release-supported.
 
     The smallest ``m >= 0`` with ``n + m >= N_min`` and ``U(k, n + m) <= eps``; ``0`` when already
@@ -574,7 +575,7 @@ class TailBound:
         return asdict(self)
 
 
-def tail_bound(k, n, eps=0.10, delta=0.10) -> TailBound:
+def tail_bound(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> TailBound:
     """Compute the one-sided Clopper–Pearson card for ``k`` failures in ``n`` reruns.
 
     Scalars only (use :func:`~recipe_audit.stats.bounds.clopper_pearson_upper` /

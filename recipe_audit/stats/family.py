@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from recipe_audit.stats import exact
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 
 __all__ = [
@@ -98,7 +99,7 @@ def family_delta(delta, family_size) -> float:
     return exact.check_delta(delta) / check_family_size(family_size)
 
 
-def family_sample_floor(eps=0.10, delta=0.10, family_size=1) -> int:
+def family_sample_floor(eps=DEFAULT_EPS, delta=DEFAULT_DELTA, family_size=1) -> int:
     """The family-wise sample floor: ``N_min`` at risk ``δ / M``, the fewest reruns at which a
     recipe with no failure can be certified as the choice among M.
 
@@ -222,7 +223,7 @@ def _member(k: int, n: int, e: float, d: float, m: int, method: str, level: floa
     )
 
 
-def family_tail_bound(k, n, eps=0.10, delta=0.10, family_size=1) -> FamilyMember:
+def family_tail_bound(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA, family_size=1) -> FamilyMember:
     """The card of one recipe chosen from a family of ``family_size``: its bounds at ``δ / M``
     (Bonferroni, which a lone recipe's counts can state; Holm certifies the family's best recipe
     exactly when Bonferroni does).
@@ -242,7 +243,7 @@ def family_tail_bound(k, n, eps=0.10, delta=0.10, family_size=1) -> FamilyMember
                    exact._certifies(k_i, n_i, e, fd, floor))
 
 
-def family_bounds(counts: Sequence[tuple[int, int]], eps=0.10, delta=0.10, family_size=None,
+def family_bounds(counts: Sequence[tuple[int, int]], eps=DEFAULT_EPS, delta=DEFAULT_DELTA, family_size=None,
                   method: str = HOLM) -> FamilyCard:
     """Family-wise verdicts for recipes with ``counts = [(k_1, N_1), ...]`` among ``family_size``
     identities (default: as many as given; more when some identities have no reruns here).

@@ -38,6 +38,7 @@ from recipe_audit.stats._validate import (
     check_tau,
     make_rng,
 )
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 from recipe_audit.stats.verdicts import verdict as _verdict
 
@@ -199,8 +200,8 @@ def apply_rules(
     metrics,
     tau,
     *,
-    eps=0.10,
-    delta=0.10,
+    eps=DEFAULT_EPS,
+    delta=DEFAULT_DELTA,
     k=None,
     n=None,
     n_unfinished: int = 0,

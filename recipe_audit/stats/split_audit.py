@@ -48,6 +48,7 @@ from recipe_audit.stats._validate import (
     make_rng,
 )
 from recipe_audit.stats.bounds import clopper_pearson_upper, sample_floor
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 from recipe_audit.stats.exact import release_rule
 from recipe_audit.stats.rules import RULES, apply_rules, bootstrap_percentile, failure_mask
@@ -397,8 +398,8 @@ class EvidenceResponsiveness:
 
 def held_out_split_audit(
     cells,
-    eps=0.10,
-    delta=0.10,
+    eps=DEFAULT_EPS,
+    delta=DEFAULT_DELTA,
     *,
     n_splits: int = 1000,
     audit_size: int | None = None,
@@ -521,8 +522,8 @@ def evidence_responsiveness(
     cells,
     sizes,
     n_splits: int = 1000,
-    eps=0.10,
-    delta=0.10,
+    eps=DEFAULT_EPS,
+    delta=DEFAULT_DELTA,
     rng=None,
     *,
     audit_B: int = DEFAULT_AUDIT_B,

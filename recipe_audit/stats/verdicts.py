@@ -21,6 +21,7 @@ import numpy as np
 from recipe_audit.stats import exact
 from recipe_audit.stats._validate import check_counts, check_scalar_delta, check_scalar_prob
 from recipe_audit.stats.bounds import clopper_pearson_lower, clopper_pearson_upper, sample_floor
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 from recipe_audit.stats.exact import (
     INSUFFICIENT,
@@ -42,7 +43,7 @@ __all__ = [
     "verdict_array",
 ]
 
-def verdict_array(k, n, eps=0.10, delta=0.10) -> np.ndarray:
+def verdict_array(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> np.ndarray:
     """Vectorised :func:`verdict`: ``k`` and ``n`` broadcast together; ``eps``, ``delta`` scalars.
 
     Returns a NumPy string array of the broadcast shape of ``k`` and ``n``.
@@ -61,7 +62,7 @@ def verdict_array(k, n, eps=0.10, delta=0.10) -> np.ndarray:
     return out
 
 
-def verdict(k, n, eps=0.10, delta=0.10) -> str:
+def verdict(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> str:
     """The verdict for ``k`` failures in ``n`` reruns (unfinished reruns count as failures);
     the same as ``tail_bound(k, n, eps, delta).verdict`` (:func:`.exact.verdict`).
 
