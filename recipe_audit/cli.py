@@ -26,6 +26,7 @@ from recipe_audit.commands.args import (
     risk,
     whole,
 )
+from recipe_audit.errors import first_line
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 
 
@@ -254,7 +255,7 @@ def cmd_card(a: argparse.Namespace) -> int:
         except Exception as exc:  # noqa: BLE001 - a store that refuses the write: one sentence
             if isinstance(exc, ValueError):
                 raise
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc)
             raise ValueError(f"The card was computed but could not be logged to {uri} ({first[:200]}); "
                              "rerun without --log-run to skip logging.") from None
         new = [c.run_id for c in runs if not c.reused]

@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from recipe_audit.errors import first_line
 from recipe_audit.keys import KIND_ACCEPTANCE_CELL
 
 log = logging.getLogger("recipe_audit")
@@ -301,12 +302,9 @@ def ensure_base(exp: Any, cache_dir: str | Path, *, progress: bool = False) -> P
         raise
     except Exception as exc:
         raise BaseModelError(f"The base model of experiment=acceptance could not be trained "
-                             f"({type(exc).__name__}: {_one_line(exc).rstrip('.')}).") from exc
+                             f"({type(exc).__name__}: {first_line(exc, 300).rstrip('.')}).") from exc
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:300]
 
 
 def _ensure_base(exp: Any, cache_dir: str | Path, *, progress: bool = False) -> Path:

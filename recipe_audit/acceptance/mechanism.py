@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 
 from recipe_audit.acceptance.records import is_mlflow_uri
+from recipe_audit.errors import first_line
 from recipe_audit.stats import acceptance as gates
 from recipe_audit.stats.errors import StatsInputError
 
@@ -100,9 +101,6 @@ class MechanismError(ValueError):
     """Diagnostic (c) cannot be computed from these inputs (one sentence)."""
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,7 +382,7 @@ def _load_model(ref: str, model_type: str, stack, tracking_uri, what: str):
     try:
         return _auto_class(model_type).from_pretrained(str(d)), d
     except (OSError, ValueError, KeyError) as exc:
-        raise MechanismError(f"Cannot load the {what} from {ref}: {_first_line(exc)}") from None
+        raise MechanismError(f"Cannot load the {what} from {ref}: {first_line(exc)}") from None
     finally:
         if bar:
             hf_logging.enable_progress_bar()
@@ -398,7 +396,7 @@ def _load_tokenizer(ref: str, stack, tracking_uri):
     try:
         tok = AutoTokenizer.from_pretrained(str(d))
     except (OSError, ValueError, KeyError) as exc:
-        raise MechanismError(f"Cannot load a tokenizer from {ref}: {_first_line(exc)}") from None
+        raise MechanismError(f"Cannot load a tokenizer from {ref}: {first_line(exc)}") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token or tok.unk_token
     return tok
@@ -555,7 +553,7 @@ def loss_gradients(model, tokenizer, items: Sequence[CalibrationItem], names: Se
             v_a = grad_of(_rows(items, (attack_framing,), attack=True))
         except (RuntimeError, IndexError) as exc:  # e.g. token ids beyond the model's vocabulary
             raise MechanismError(f"The base model cannot score the calibration items with this tokenizer: "
-                                 f"{_first_line(exc)[:160]}") from None
+                                 f"{first_line(exc)[:160]}") from None
     finally:
         for n, p in params.items():
             p.requires_grad_(flags[n])
@@ -640,7 +638,7 @@ def update_vector(base, names: Sequence[str], *, adapter=None, finetuned=None, m
                         merged = wrapped.merge_and_unload()
                 except Exception as exc:  # size mismatch, missing target modules, …
                     raise MechanismError(f"The adapter at {ref} does not fit the base model "
-                                         f"({_first_line(exc)[:160]}); it was trained on another base model.") from None
+                                         f"({first_line(exc)[:160]}); it was trained on another base model.") from None
         else:
             if isinstance(finetuned, (str, Path)):
                 ref = str(finetuned)

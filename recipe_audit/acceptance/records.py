@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from recipe_audit.errors import first_line
 from recipe_audit.stats.acceptance import PairedRecords
 from recipe_audit.stats.errors import StatsInputError
 from recipe_audit.store import artifacts
@@ -112,7 +113,7 @@ def read_records_file(path: str | Path) -> pd.DataFrame:
     except RecordsError:
         raise
     except (ValueError, OSError) as exc:  # pandas/pyarrow parse errors
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc)
         raise RecordsError(f"The records file {p} cannot be read: {first}") from None
     return df
 

@@ -608,6 +608,7 @@ def _launched_seeds(config: DictConfig, seed_key: str, sweep) -> list[int]:
 
 
 def _one_line(exc: BaseException) -> str:
+    """``Type: first line`` (the error tag of a rerun that raised)."""
     lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]
 

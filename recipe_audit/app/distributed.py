@@ -20,6 +20,8 @@ import os
 from functools import cache
 from typing import Any
 
+from recipe_audit.errors import first_line
+
 
 class DistributedError(RuntimeError):
     """The processes were launched together but are not connected (one sentence)."""
@@ -40,7 +42,7 @@ def world_size() -> int:
     try:
         acc = get_accelerator()  # the one Accelerator that trains; it connects the processes
     except (RuntimeError, ValueError) as exc:  # torch.distributed's rendezvous
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        msg = first_line(exc)
         raise DistributedError(f"accelerate could not connect the {n} launched processes: {msg}") from None
     if acc.num_processes != n:
         raise DistributedError(

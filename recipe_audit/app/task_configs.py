@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from recipe_audit.config import TaskConfig
+from recipe_audit.errors import first_line
 from recipe_audit.train.tasks import TaskError
 
 _CONFIGS: dict[tuple[str, str], TaskConfig] = {}
@@ -49,7 +50,7 @@ def load_task_config(name: str, options: Mapping[str, Any] | None = None) -> Tas
             node = OmegaConf.merge(node, {"options": dict(options)})
         cfg = OmegaConf.to_object(node)
     except OmegaConfBaseException as exc:  # e.g. the files task's required paths
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc)
         raise TaskError(f"Task '{name}' of audit.extra_tasks cannot be configured: {first}") from None
     _CONFIGS[key] = cfg
     return cfg

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from recipe_audit.errors import first_line
+
 log = logging.getLogger("recipe_audit")
 
 try:
@@ -79,7 +81,7 @@ def _tolerant(base):
             try:
                 return job.results()[0]
             except Exception as exc:  # the job's process died: a rerun that did not finish
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                first = first_line(exc)
                 log.error("job #%d (%s) died without a result: %s", idx, " ".join(overrides), first)
                 ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)
                 ret.return_value = None

@@ -11,6 +11,8 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from recipe_audit.errors import first_line
+
 __all__ = ["MLFLOW_SCHEMES", "ArtifactError", "download", "experiment_id", "is_artifact_uri", "keys_of_runs",
            "list_files", "runs_with_artifact"]
 
@@ -26,9 +28,6 @@ def is_artifact_uri(text: str) -> bool:
     """True for ``runs:/…``, ``models:/…``, ``mlflow-artifacts:/…`` and ``dbfs:/…``."""
     return str(text).startswith(MLFLOW_SCHEMES)
 
-
-def _first_line(exc: BaseException, limit: int = 300) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:limit]
 
 
 @contextlib.contextmanager
@@ -54,7 +53,7 @@ def download(uri: str, dst: str | Path, tracking_uri: str | None = None) -> Path
             return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dst),
                                                             tracking_uri=tracking_uri))
         except Exception as exc:  # MlflowException, OSError, ...: one sentence for the user
-            raise ArtifactError(f"Cannot download the MLflow artifact {uri}: {_first_line(exc)}") from None
+            raise ArtifactError(f"Cannot download the MLflow artifact {uri}: {first_line(exc, 300)}") from None
 
 
 def list_files(uri: str, tracking_uri: str | None = None) -> list[str] | None:

@@ -13,6 +13,7 @@ from typing import Any
 from recipe_audit.cards.files import file_sha256, validate
 from recipe_audit.cards.model import CardError
 from recipe_audit.cards.verify import CardFiles
+from recipe_audit.errors import first_line
 from recipe_audit.store import artifacts
 
 __all__ = ["load_card", "read_card"]
@@ -68,7 +69,7 @@ def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
                 card_path = got / "card.json" if got.is_dir() else got
                 raw = card_path.read_bytes()
         except (artifacts.ArtifactError, OSError) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            first = first_line(exc, 300)
             raise CardError(f"Cannot read a card at {text}: {first}") from None
         files = _remote_files(base, card_path.name, _manifest(raw), tracking_uri)
         own_place = text.startswith("runs:/") and base.count("/") == 1  # runs:/<run id>: a card run's top

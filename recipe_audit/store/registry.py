@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recipe_audit import keys, stats
+from recipe_audit.errors import first_line
 
 CARD_FIELDS = ("verdict", "upper_bound", "lower_bound", "n_reruns", "n_failures", "tau", "eps", "delta",
                "audit_set", "metric", "recipe_id", "recipe", "reason", "card_uri", "card_digest",
@@ -79,9 +80,6 @@ class RegistryError(ValueError):
     """The registry request cannot be carried out (one sentence)."""
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:300]
 
 
 def _error_code(exc: BaseException) -> str:
@@ -107,7 +105,7 @@ def _registered_model(client, name: str):
     except MlflowException as exc:
         if "RESOURCE_DOES_NOT_EXIST" in _error_code(exc) or "not found" in str(exc).lower():
             raise RegistryError(f"There is no registered model named '{name}'.") from None
-        raise RegistryError(f"Cannot read registered model '{name}': {_one_line(exc)}") from None
+        raise RegistryError(f"Cannot read registered model '{name}': {first_line(exc, 300)}") from None
 
 
 def resolve_version(client, name: str, version: str | None = None, alias: str | None = None):
@@ -129,7 +127,7 @@ def resolve_version(client, name: str, version: str | None = None, alias: str | 
         if "RESOURCE_DOES_NOT_EXIST" in _error_code(exc) or "not found" in str(exc).lower() \
                 or "INVALID_PARAMETER_VALUE" in _error_code(exc):
             raise RegistryError(f"Registered model '{name}' has no {what}.") from None
-        raise RegistryError(f"Cannot read {what} of model '{name}': {_one_line(exc)}") from None
+        raise RegistryError(f"Cannot read {what} of model '{name}': {first_line(exc, 300)}") from None
 
 
 def logged_model_uri(client, run_id: str) -> tuple[str, str | None, Any]:
@@ -500,7 +498,7 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
         if isinstance(exc, (RegistryError,)):
             raise
         raise RegistryError(f"Attaching the card to model '{model_name}' failed and was undone: "
-                            f"{_one_line(exc)}") from None
+                            f"{first_line(exc, 300)}") from None
     return AttachResult(model_name, str(mv.version), created_version, tuple(fields_by_stem.values()),
                         tuple(card_runs))
 

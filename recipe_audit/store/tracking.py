@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_audit import keys
+from recipe_audit.errors import first_line
 
 
 class TrackingError(RuntimeError):
@@ -139,11 +140,11 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
         else:
             exp_id = exp.experiment_id
     except MlflowException as exc:
-        raise TrackingError(f"Cannot use the tracking store {uri}: {_one_line(exc)}") from None
+        raise TrackingError(f"Cannot use the tracking store {uri}: {first_line(exc, 500)}") from None
     except Exception as exc:  # sqlalchemy / OS errors from the store itself
         if isinstance(exc, TrackingError):
             raise
-        raise TrackingError(f"Cannot use the tracking store {uri}: {_one_line(exc)}") from None
+        raise TrackingError(f"Cannot use the tracking store {uri}: {first_line(exc, 500)}") from None
     store = Store(uri, exp_id, experiment_name)
     _STORES[key] = store
     if uri.startswith("sqlite:///") and uri not in _SQLITE_FILES:
@@ -339,9 +340,6 @@ def config_identity(resolved: Mapping[str, Any], exclude: Iterable[str] = (), *,
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:500]
 
 
 # ------------------------------------------------------------------------------------------
@@ -637,7 +635,7 @@ class RerunLogger:
             self.flush()
         except Exception:  # the run is failing anyway; keep the error that matters
             pass
-        self.client.set_tag(self.run_id, keys.TAG_ERROR, f"{type(exc).__name__}: {_one_line(exc)}")
+        self.client.set_tag(self.run_id, keys.TAG_ERROR, f"{type(exc).__name__}: {first_line(exc, 500)}")
         self.log_text("".join(traceback.format_exception(exc)), "error.txt")
         self.client.set_terminated(self.run_id, "FAILED")
 
@@ -817,7 +815,7 @@ def log_sweep_files_run(info: SweepInfo, run_name: str, tags: Mapping[str, str],
         client.set_terminated(rid, "FINISHED")
     except Exception as exc:
         try:
-            client.set_tag(rid, keys.TAG_ERROR, f"{type(exc).__name__}: {_one_line(exc)}")
+            client.set_tag(rid, keys.TAG_ERROR, f"{type(exc).__name__}: {first_line(exc, 500)}")
             client.set_terminated(rid, "FAILED")
         except Exception:  # noqa: BLE001 - the write that failed is the error to raise
             pass
@@ -862,7 +860,7 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
                                "metrics": {m: logged.get(m) for m in metrics}, "error": None}
     if error is not None:
         outcome["status"] = "FAILED"
-        outcome["error"] = f"{type(error).__name__}: {_one_line(error)}"
+        outcome["error"] = f"{type(error).__name__}: {first_line(error, 500)}"
     tags = dict(tags_for(outcome)) if tags_for is not None else {}
     if outcome["error"]:
         tags[keys.TAG_ERROR] = outcome["error"]

@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 from recipe_audit.config import LoraConfig, ModelConfig
+from recipe_audit.errors import first_line
 from recipe_audit.train.tasks import TaskData
 from recipe_audit.train.tokenizer import build_word_tokenizer
 
@@ -49,7 +50,7 @@ def build_tokenizer(mcfg: ModelConfig, task: TaskData):
         try:
             tok = AutoTokenizer.from_pretrained(path)
         except (OSError, ValueError) as exc:
-            raise ModelError(f"Cannot load a tokenizer from '{mcfg.name_or_path}': {_first_line(exc)}") from None
+            raise ModelError(f"Cannot load a tokenizer from '{mcfg.name_or_path}': {first_line(exc)}") from None
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token or tok.unk_token
         return tok
@@ -84,7 +85,7 @@ def build_model(mcfg: ModelConfig, lora: LoraConfig, tokenizer, num_labels: int)
         try:
             model = tf.AutoModelForSequenceClassification.from_pretrained(path, num_labels=num_labels)
         except (OSError, ValueError) as exc:
-            raise ModelError(f"Cannot load a model from '{mcfg.name_or_path}': {_first_line(exc)}") from None
+            raise ModelError(f"Cannot load a model from '{mcfg.name_or_path}': {first_line(exc)}") from None
         if model.config.pad_token_id is None:
             model.config.pad_token_id = tokenizer.pad_token_id
     else:
@@ -109,6 +110,3 @@ def build_model(mcfg: ModelConfig, lora: LoraConfig, tokenizer, num_labels: int)
     return model
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
