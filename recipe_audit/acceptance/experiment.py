@@ -437,16 +437,13 @@ def _penalty(kind: str, model, direction, logits, n_pairs: int):
 
 
 def _score(model, tok, items: list[Item], max_length: int, batch_size: int = 512) -> np.ndarray:
-    import torch
+    """Predictions for ``items`` with the reruns' scoring (:func:`recipe_audit.train.loop.predict`),
+    each batch tokenised on its own (padded to its longest text, as the numbers in the docs were made)."""
+    from recipe_audit.train.loop import predict
 
-    preds = []
-    device = next(model.parameters()).device
-    with torch.inference_mode():
-        for i in range(0, len(items), batch_size):
-            ids, mask = _encode(tok, [it.text for it in items[i:i + batch_size]], max_length)
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-            preds.append(logits.argmax(-1).cpu().numpy())
-    return np.concatenate(preds)
+    texts = [it.text for it in items]
+    return predict(model, (_encode(tok, texts[i:i + batch_size], max_length) for i in range(0, len(texts), batch_size)),
+                   next(model.parameters()).device)
 
 
 @dataclass

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -248,16 +249,22 @@ def train_rerun(
                        tokenizer=prepared.tokenizer if keep_model else None)
 
 
-def _score(accelerator, model, enc: Encoded, task: TaskData, name: str, batch_size: int) -> AuditScore:
+def predict(model, batches: Iterable[tuple[Any, Any]], device) -> np.ndarray:
+    """The predicted class of every example, batch by batch (``(input_ids, attention_mask)``
+    tensors), without gradients: how reruns and acceptance cells alike are scored."""
     import torch
 
     preds = []
     with torch.inference_mode():
-        for i in range(0, len(enc.labels), batch_size):
-            logits = model(input_ids=enc.input_ids[i:i + batch_size].to(accelerator.device),
-                           attention_mask=enc.attention_mask[i:i + batch_size].to(accelerator.device)).logits
-            preds.append(logits.argmax(-1).cpu())
-    pred = torch.cat(preds).numpy()
+        for input_ids, attention_mask in batches:
+            logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits
+            preds.append(logits.argmax(-1).cpu().numpy())
+    return np.concatenate(preds)
+
+
+def _score(accelerator, model, enc: Encoded, task: TaskData, name: str, batch_size: int) -> AuditScore:
+    pred = predict(model, ((enc.input_ids[i:i + batch_size], enc.attention_mask[i:i + batch_size])
+                           for i in range(0, len(enc.labels), batch_size)), accelerator.device)
     labels = enc.labels.numpy()
     counts = np.bincount(pred, minlength=task.num_labels)
     return AuditScore(
