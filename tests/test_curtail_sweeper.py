@@ -1,4 +1,4 @@
-"""The curtailing sweeper (SPEC 1.10): batches through the launcher, stops once the verdict at N is
+"""The curtailing sweeper: batches through the launcher, stops once the verdict at N is
 settled, records where and why. In-process with a fake launcher, then once end to end."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Shift (SPEC 1.7): reruns scored on another task's audit sets, one card per audit set, the
+"""Shift: reruns scored on another task's audit sets, one card per audit set, the
 audits side by side, refused-shift where a recipe was not scored; logged models load back."""
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def test_shift_cards_side_by_side(store, capsys, tmp_path):
 
 def test_refused_shift_is_decided_by_what_the_reruns_were_scored_on(store):
     """A crashed rerun of a recipe never scored on an audit set is no evidence there (refused, not
-    a failure); a recipe configured for it whose reruns all crashed fails there (SPEC 1.2)."""
+    a failure); a recipe configured for it whose reruns all crashed fails there."""
     for s in range(22):
         _rerun(store, "a" * 16, s, {"calibration": 0.9}, status="FAILED" if s < 2 else "FINISHED")
         _rerun(store, "c" * 16, s, {}, status="FAILED", scored_on=["calibration", "shift_restaurants"])

@@ -1,4 +1,4 @@
-"""Evaluation records (SPEC 2.1): every file format, MLflow tables, and one-sentence errors."""
+"""Evaluation records: every file format, MLflow tables, and one-sentence errors."""
 
 from __future__ import annotations
 

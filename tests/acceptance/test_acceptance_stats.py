@@ -1,4 +1,4 @@
-"""The acceptance-card statistics (SPEC 2.2–2.6): hand-checkable cases for every gate and every
+"""The acceptance-card statistics: hand-checkable cases for every gate and every
 verdict label, the vectorised bootstrap against a naive loop, clustered vs item-level intervals,
 and ρ_AT on constructed updates."""
 

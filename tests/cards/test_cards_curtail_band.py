@@ -1,4 +1,4 @@
-"""Cards of curtailed sweeps and the simultaneous band on every card (SPEC 1.10)."""
+"""Cards of curtailed sweeps and the simultaneous band on every card."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The simultaneous upper band (SPEC 1.10, all τ at once): exact coverage, constants, floor, bounds."""
+"""The simultaneous upper band, all τ at once: exact coverage, constants, floor, bounds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Clopper–Pearson bounds, the sample floor and tail_bound (SPEC 1.3, 1.4)."""
+"""Clopper–Pearson bounds, the sample floor and tail_bound."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_two_sided_scipy_interval_is_a_different_number(k, n):
 @pytest.mark.parametrize("n", [1, 2, 7, 22, 59, 1000])
 @pytest.mark.parametrize("d", [0.01, 0.1, 0.49])
 def test_k0_closed_form(n, d):
-    # the SPEC 1.4 formula 1 - delta**(1/n), evaluated without cancellation
+    # the floor formula 1 - delta**(1/n), evaluated without cancellation
     assert clopper_pearson_upper(0, n, d) == -math.expm1(math.log(d) / n)
     assert clopper_pearson_upper(0, n, d) == pytest.approx(1 - d ** (1 / n), rel=1e-13)
     assert tail_bound(0, n, 0.1, d).upper == clopper_pearson_upper(0, n, d)  # scalar and array agree

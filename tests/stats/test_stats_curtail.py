@@ -1,4 +1,4 @@
-"""Curtailment (SPEC 1.10): the verdict at the planned N, settled early, checked by brute force."""
+"""Curtailment: the verdict at the planned N, settled early, checked by brute force."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The comparison rules (SPEC 1.6)."""
+"""The comparison rules."""
 
 from __future__ import annotations
 

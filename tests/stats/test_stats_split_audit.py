@@ -1,4 +1,4 @@
-"""Held-out split audit and evidence responsiveness (SPEC 1.8) against a per-split Python loop."""
+"""Held-out split audit and evidence responsiveness against a per-split Python loop."""
 
 from __future__ import annotations
 
