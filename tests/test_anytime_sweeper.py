@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from hydra.core.utils import JobReturn, JobStatus
+from helpers.sweepers import Sweeper, make_sweeper
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
 
 from recipe_audit import keys, stats
-from recipe_audit.app.sweepers import RECORD_FILE, CurtailingSweeperBase
+from recipe_audit.app.sweepers import RECORD_FILE
 
 
 @pytest.fixture(autouse=True)
@@ -20,35 +19,8 @@ def _no_sweep_parent(monkeypatch):
     monkeypatch.delenv("RECIPE_AUDIT_SWEEP", raising=False)
 
 
-class FakeLauncher:
-    def __init__(self, outcome):
-        self.outcome = outcome
-        self.batches = []
-
-    def launch(self, job_overrides, initial_job_idx):
-        self.batches.append([list(j) for j in job_overrides])
-        out = []
-        for job in job_overrides:
-            ov = dict(o.split("=", 1) for o in job)
-            ret = JobReturn(overrides=list(job), cfg=OmegaConf.create({}), status=JobStatus.COMPLETED)
-            ret.return_value = self.outcome(ov)
-            out.append(ret)
-        return out
-
-
-class Sweeper(CurtailingSweeperBase):
-    def validate_batch_is_legal(self, batch):
-        pass
-
-
 def _sweeper(tmp_path, outcome, *, batch_size=5, max_reruns=200, taus=(0.7,)):
-    sw = Sweeper(batch_size=batch_size, stop_on="anytime", max_reruns=max_reruns)
-    sw.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "sweep")}},
-                                  "audit": {"primary": "calibration", "taus": list(taus), "eps": 0.1,
-                                            "delta": 0.1, "higher_is_better": True}})
-    sw.hydra_context = type("Ctx", (), {"config_loader": None})()
-    sw.launcher = FakeLauncher(outcome)
-    return sw
+    return make_sweeper(tmp_path, outcome, taus=taus, batch_size=batch_size, stop_on="anytime", max_reruns=max_reruns)
 
 
 def _fails(seed: int) -> bool:
@@ -66,7 +38,7 @@ def test_clean_recipe_stops_at_the_first_look_past_the_anytime_floor(tmp_path):
     (grp,) = rec["groups"]
     assert [x["n"] for x in grp["looks"]] == list(range(5, 36, 5)) and grp["stop_reason"] == "settled"
     assert grp["verdicts"] == ["release-supported"] and grp["launched_seeds"] == list(range(35))
-    assert [len(b) for b in sw.launcher.batches] == [5] * 7
+    assert [len(b) for _, b in sw.launcher.batches] == [5] * 7
 
 
 def test_looks_match_an_independent_replay(tmp_path):

@@ -7,9 +7,9 @@ import json
 
 import pytest
 from helpers.app import SMALL, run_app
+from helpers.sweepers import Sweeper, make_sweeper
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
 
 from recipe_audit import keys, stats
 from recipe_audit.app.sweepers import RECORD_FILE, CurtailingSweeperBase
@@ -21,37 +21,8 @@ def _no_sweep_parent(monkeypatch):
     monkeypatch.delenv("RECIPE_AUDIT_SWEEP", raising=False)
 
 
-class FakeLauncher:
-    """Returns, per job, ``outcome(overrides)`` as the job's return value; records the batches."""
-
-    def __init__(self, outcome):
-        self.outcome = outcome
-        self.batches = []
-
-    def launch(self, job_overrides, initial_job_idx):
-        self.batches.append((initial_job_idx, [list(j) for j in job_overrides]))
-        out = []
-        for job in job_overrides:
-            ov = dict(o.split("=", 1) for o in job)
-            ret = JobReturn(overrides=list(job), cfg=OmegaConf.create({}), status=JobStatus.COMPLETED)
-            ret.return_value = self.outcome(ov)
-            out.append(ret)
-        return out
-
-
-class Sweeper(CurtailingSweeperBase):
-    def validate_batch_is_legal(self, batch):  # nothing to compose here
-        pass
-
-
 def _sweeper(tmp_path, outcome, *, batch_size=3, stop_on="decision", taus=(0.7,), hib=True):
-    sw = Sweeper(batch_size=batch_size, stop_on=stop_on)
-    sw.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "sweep")}},
-                                  "audit": {"primary": "calibration", "taus": list(taus), "eps": 0.1,
-                                            "delta": 0.1, "higher_is_better": hib}})
-    sw.hydra_context = type("Ctx", (), {"config_loader": None})()
-    sw.launcher = FakeLauncher(outcome)
-    return sw
+    return make_sweeper(tmp_path, outcome, taus=taus, hib=hib, batch_size=batch_size, stop_on=stop_on)
 
 
 def test_failing_recipe_stops_early_good_recipe_runs_to_n(tmp_path):
