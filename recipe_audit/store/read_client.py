@@ -218,9 +218,8 @@ def read_rest(
     """Read a tracking server's runs through its REST API, the slices of the experiment concurrently.
 
     MLflow's ``runs/search`` cannot leave anything out: every run comes with all its params, tags
-    and latest metrics, and the server spends about as much time per run whatever the page size
-    (measured on the bench store, on a 2-core machine shared with other jobs: about 3 ms of CPU
-    per run, two thirds loading the run and one third writing JSON, for pages of 250 to 4,000).
+    and latest metrics, and the server's time per run hardly depends on the page size (most of it
+    loading the run, the rest writing JSON; ``bench/bench_query_rest.py``, docs/benchmarks.md).
     ``MlflowClient.search_runs`` asks for one page after another and turns the answer into
     protobuf messages and entities; here the experiment is split by start time into disjoint
     slices (:func:`_rest_slices`) whose pages are fetched by ``REST_THREADS`` threads at once,
