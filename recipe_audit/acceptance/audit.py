@@ -1,4 +1,4 @@
-"""The acceptance audit: evaluation records (+ mechanism inputs) → the four gates → a card document.
+"""The acceptance audit: evaluation records (+ mechanism inputs) → the four gates → an acceptance card.
 
 One function, :func:`run_acceptance`, used by the ``recipe-audit acceptance`` command and by
 Python callers alike (no second copy of the logic).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,9 @@ from recipe_audit.acceptance.records import (
     records_digest,
 )
 from recipe_audit.stats import acceptance as gates
+
+if TYPE_CHECKING:
+    from recipe_audit.cards.acceptance import AcceptanceCard
 
 __all__ = ["AcceptanceError", "AcceptanceRequest", "Pair", "attach_mechanisms", "evaluate_pairs", "run_acceptance"]
 
@@ -198,8 +202,9 @@ def attach_mechanisms(results: Sequence[gates.AcceptanceResult], pairs: Sequence
 
 
 def run_acceptance(req: AcceptanceRequest, *, records: pd.DataFrame | None = None,
-                   mechanisms: Mapping | None = None) -> dict:
-    """Compute the acceptance card document for ``req``.
+                   mechanisms: Mapping | None = None) -> AcceptanceCard:
+    """Compute the acceptance card for ``req`` (:class:`~recipe_audit.cards.acceptance.AcceptanceCard`;
+    its document is ``.to_json()``).
 
     ``records`` (already read) replaces ``req.records``; ``mechanisms`` (cell -> CellMechanism,
     e.g. from :func:`~.mechanism.mechanism_from_models`) replaces ``req.mechanism``/``req.alphas``.
@@ -277,4 +282,4 @@ def run_acceptance(req: AcceptanceRequest, *, records: pd.DataFrame | None = Non
                "sensitivity_boundaries": list(gates.SENSITIVITY_BOUNDARIES), "degenerate_margin": float(req.margin),
                "primary_task": task, "cross_task": req.cross_task, "item_level_comparison": bool(req.item_level)}
     mech_inputs = {c: m.inputs for c, m in mechanisms.items()}
-    return card.build_document(pairs, results, options=options, source=source, mechanism_inputs=mech_inputs)
+    return card.build_card(pairs, results, options=options, source=source, mechanism_inputs=mech_inputs)

@@ -581,8 +581,9 @@ def run_cell_job(exp: dict, defense: dict, seed: int, logger=None, *, progress: 
     return metrics
 
 
-def acceptance_document(runs: list, exp: dict, tracking_uri: str, base_dir: Path) -> tuple[dict, dict[str, dict]]:
-    """The combined card document (every defense cell) and one document per defense cell."""
+def acceptance_document(runs: list, exp: dict, tracking_uri: str, base_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """The combined acceptance card (every defense cell) and one card per defense cell
+    (:class:`~recipe_audit.cards.acceptance.AcceptanceCard`)."""
     from recipe_audit.acceptance.audit import AcceptanceRequest, run_acceptance
     from recipe_audit.acceptance.mechanism import load_calibration, mechanism_from_models
     from recipe_audit.acceptance.records import read_records
@@ -610,12 +611,12 @@ def acceptance_document(runs: list, exp: dict, tracking_uri: str, base_dir: Path
                                  max_length=int(exp["model"]["max_length"]) + 2)
     common = {"task": PRIMARY, "cross_task": CROSS, "resamples": int(exp["resamples"]), "seed": 0}
     req = AcceptanceRequest(defense=tuple(d for d, _ in pairs), baseline=tuple(b for _, b in pairs), **common)
-    doc = run_acceptance(req, records=records, mechanisms=mech)
+    card = run_acceptance(req, records=records, mechanisms=mech)
     per_cell = {}
     for d, b in pairs:
         one = AcceptanceRequest(defense=(d,), baseline=(b,), **common)
         per_cell[d] = run_acceptance(one, records=records, mechanisms={d: mech[d]})
-    return doc, per_cell
+    return card, per_cell
 
 
 def acceptance_card_for_sweep(sweep, exp: dict, sweep_dir: Path | None = None) -> dict | None:
@@ -638,33 +639,34 @@ def acceptance_card_for_sweep(sweep, exp: dict, sweep_dir: Path | None = None) -
         return None
     t0 = time.perf_counter()
     try:
-        doc, per_cell = acceptance_document(runs, exp, sweep.tracking_uri, Path(base_dirs.pop()))
+        card, per_cell = acceptance_document(runs, exp, sweep.tracking_uri, Path(base_dirs.pop()))
     except Exception as exc:
         print(f"recipe_audit: no acceptance card for sweep {sweep.sweep_id}: {type(exc).__name__}: {exc}",
               file=sys.stderr)
         return None
     out = Path(sweep_dir or tempfile.mkdtemp(prefix="recipe-audit-acc-")) / "acceptance_card"
-    write_card(doc, out_dir=out)
+    write_card(card, out_dir=out)
     base_dir = Path(next(iter(runs)).data.tags["recipe_audit.base_dir"])
     for name in ("calibration.jsonl", "base.json"):  # the declared calibration items; the base's summary
         shutil.copyfile(base_dir / name, out / name)
     for cell, one in per_cell.items():
         write_card(one, json_path=out / "cells" / f"{cell}.json", markdown_path=out / "cells" / f"{cell}.md")
     tags = {keys.TAG_KIND: CARD_RUN_KIND}
-    for c in doc["cells"]:
-        tags[f"recipe_audit.acceptance.{c['defense']}"] = c["verdict"]
+    for c in card.cells:
+        tags[f"recipe_audit.acceptance.{c.defense}"] = c.verdict
     run_id = tracking.log_sweep_files_run(sweep, f"acceptance-card-{sweep.sweep_id}", tags, out,
                                           {"card_seconds": time.perf_counter() - t0})
-    print_acceptance_summary(doc)
+    print_acceptance_summary(card)
     print(f"Acceptance card in {out}; card run {run_id}")
-    return doc
+    return card.to_json()
 
 
-def print_acceptance_summary(doc: dict, stream=None) -> None:
+def print_acceptance_summary(card, stream=None) -> None:
+    """One line per cell of an :class:`~recipe_audit.cards.acceptance.AcceptanceCard`: verdict and statuses."""
     stream = stream or sys.stdout
     print("\nAcceptance cards (primary task mcq, cross task syco):", file=stream)
     print(f"{'cell':<20} {'verdict':<18} {'a':<10} {'b':<10} {'c':<10} {'d':<10}", file=stream)
-    for c in doc["cells"]:
-        st = {g: c["diagnostics"][g]["status"] for g in "abcd"}
-        print(f"{c['label']:<20} {c['verdict']:<18} {st['a']:<10} {st['b']:<10} {st['c']:<10} {st['d']:<10}",
+    for c in card.cells:
+        st = c.statuses
+        print(f"{c.label:<20} {c.verdict:<18} {st['a']:<10} {st['b']:<10} {st['c']:<10} {st['d']:<10}",
               file=stream)

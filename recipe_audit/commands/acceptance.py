@@ -97,14 +97,14 @@ def cmd_acceptance(a: argparse.Namespace) -> int:
         resamples=a.resamples, seed=a.seed, level=a.level, boundary=a.boundary, margin=a.margin,
         item_level=not a.no_item_level, records_experiment=a.records_experiment, records_table=a.records_table,
         tracking_uri=tracking_uri)
-    doc = run_acceptance(req)
-    files = write_card(doc, json_path=a.json_path, out_dir=a.out, markdown_path=a.markdown_path)
-    header, rows = summary_table(doc)
+    card = run_acceptance(req)
+    files = write_card(card, json_path=a.json_path, out_dir=a.out, markdown_path=a.markdown_path)
+    header, rows = summary_table(card)
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, ["-" * w for w in widths], *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    for c in doc["cells"]:
-        print(f"{c['label']}: {c['verdict']} — {c['verdict_reason']}")
+    for c in card.cells:
+        print(f"{c.label}: {c.verdict} — {c.verdict_reason}")
     for key, path in files.items():
         print(f"wrote {key}: {path}")
     return 0

@@ -71,14 +71,20 @@ __all__ = [
     "MISSING_EVIDENCE",
     "NA",
     "NEAR_MISS",
+    "NOT_FINITE",
+    "ORTHOGONAL_TO_TASK",
     "PASS",
     "SENSITIVITY_BOUNDARIES",
     "SENSITIVITY_LEVEL",
     "SHRINKAGE",
     "STATUSES",
     "UNDEFINED",
+    "UNDEFINED_CAUSES",
     "VERDICTS",
     "VERDICT_FAIL",
+    "ZERO_ATTACK_GRADIENT",
+    "ZERO_TASK_GRADIENT",
+    "ZERO_UPDATE",
     "AcceptanceResult",
     "BootstrapDistribution",
     "FilterRow",
@@ -130,6 +136,14 @@ MECHANISM_CLASSES = (SHRINKAGE, ATTACK_TARGETED)
 
 GATES = ("a", "b", "c", "d")
 
+# Why ρ_AT is undefined (:attr:`MechanismSignature.undefined`).
+ZERO_TASK_GRADIENT = "zero task gradient"
+ZERO_ATTACK_GRADIENT = "zero attack gradient"
+NOT_FINITE = "not finite"
+ZERO_UPDATE = "zero update"
+ORTHOGONAL_TO_TASK = "orthogonal to the task gradient"
+UNDEFINED_CAUSES = (ZERO_TASK_GRADIENT, ZERO_ATTACK_GRADIENT, NOT_FINITE, ZERO_UPDATE, ORTHOGONAL_TO_TASK)
+
 DEFAULT_RESAMPLES = 5000
 DEFAULT_LEVEL = 0.95
 SENSITIVITY_LEVEL = 0.68
@@ -147,20 +161,6 @@ _STRATUM_NAMES = ("baseline/eval", "baseline/deploy", "defense/eval", "defense/d
 # temporaries stay in cache and are reused (large fresh arrays cost more in page faults than the
 # arithmetic), large enough that the Python loop over chunks is negligible.
 _CHUNK_CELLS = 1 << 16
-
-
-def _num(x):
-    """JSON-safe float: NaN/inf become None."""
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
-def _pair(x) -> list | None:
-    if x is None:
-        return None
-    return [_num(x[0]), _num(x[1])]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,18 +284,6 @@ def _gaps(rates: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return gap0, gapr, gapr - gap0, rates[..., _R_DEPLOY] - rates[..., _B_DEPLOY]
 
 
-def _rates_dict(r: np.ndarray) -> dict:
-    return {"baseline": {"eval": _num(r[_B_EVAL]), "deploy": _num(r[_B_DEPLOY])},
-            "defense": {"eval": _num(r[_R_EVAL]), "deploy": _num(r[_R_DEPLOY])}}
-
-
-def _estimates_dict(g) -> dict:
-    """The point estimates diagnostics (a) and (b) both report: Δgap, Δdeploy, both gaps, the rates."""
-    return {"delta_gap": _num(g.delta_gap), "delta_deploy": _num(g.delta_deploy),
-            "gap_baseline": _num(g.gap_baseline), "gap_defense": _num(g.gap_defense),
-            "rates": _rates_dict(np.asarray(g.rates))}
-
-
 def _sd(x: np.ndarray) -> float:
     return float(np.std(x, ddof=1)) if x.size >= 2 else float("nan")
 
@@ -411,37 +399,6 @@ class GateA:
         """The status read at ``sensitivity_level`` instead of ``level``."""
         return PASS if self.ci_gap_sensitivity[1] < 0 else FAIL
 
-    @property
-    def reason(self) -> str:
-        lo, hi = self.ci_gap
-        verb = "is below 0" if self.status == PASS else "is not below 0"
-        return (f"the upper end of the {self.level:.0%} question-clustered interval of Δgap "
-                f"[{lo:.4f}, {hi:.4f}] {verb} ({self.n_questions} questions, {self.B} resamples).")
-
-    def to_dict(self) -> dict:
-        return {
-            "status": self.status,
-            "statistic": {"name": "upper end of the Δgap interval", "value": _num(self.ci_gap[1])},
-            "threshold": "< 0",
-            "reason": self.reason,
-            **_estimates_dict(self),
-            "ci_delta_gap": _pair(self.ci_gap),
-            "ci_delta_deploy": _pair(self.ci_deploy),
-            "level": self.level,
-            "sensitivity": {"level": self.sensitivity_level, "ci_delta_gap": _pair(self.ci_gap_sensitivity),
-                            "status": self.status_sensitivity},
-            "item_level_comparison": None if self.item_ci_gap is None else {
-                "label": "item-level resampling (templates treated as independent): too narrow, not the gate",
-                "ci_delta_gap": _pair(self.item_ci_gap), "ci_delta_deploy": _pair(self.item_ci_deploy),
-                "n_units": self.item_n_units},
-            "resamples": self.B,
-            "seed": self.seed,
-            "rng": self.rng,
-            "n_questions": self.n_questions,
-            "n_items": self.n_items,
-            "n_nan_resamples": self.n_nan_resamples,
-        }
-
 
 def gate_a(records: PairedRecords, *, B: int = DEFAULT_RESAMPLES, rng=None, level: float = DEFAULT_LEVEL,
            sensitivity_level: float = SENSITIVITY_LEVEL, item_level: bool = True) -> GateA:
@@ -527,38 +484,6 @@ class GateB:
     def paired_only_pass(self) -> bool:
         return self.status != NA and self.bound_paired < 0
 
-    @property
-    def reason(self) -> str:
-        if self.status == NA:
-            return (f"only {self.n_questions} fresh question(s): the paired standard error needs at least 2, "
-                    f"so the diagnostic is undefined.")
-        m = f"{self.multiplier:g}"
-        p = "<" if self.bound_paired < 0 else "≥"
-        i = "<" if self.bound_indep < 0 else "≥"
-        return (f"Δgap + {m}·SE_paired = {self.bound_paired:.4f} {p} 0 and Δgap + {m}·SE_indep = "
-                f"{self.bound_indep:.4f} {i} 0 on {self.n_questions} fresh questions.")
-
-    def to_dict(self) -> dict:
-        return {
-            "status": self.status,
-            "statistic": {"name": f"max(Δgap + {self.multiplier:g}·SE_paired, Δgap + {self.multiplier:g}·SE_indep)",
-                          "value": _num(max(self.bound_paired, self.bound_indep))},
-            "threshold": "< 0 (both)",
-            "reason": self.reason,
-            **_estimates_dict(self),
-            "n_items": {"baseline": {"eval": self.n_items[0], "deploy": self.n_items[1]},
-                        "defense": {"eval": self.n_items[2], "deploy": self.n_items[3]}},
-            "n_questions": self.n_questions,
-            "se_paired": _num(self.se_paired),
-            "se_indep": _num(self.se_indep),
-            "bound_paired": _num(self.bound_paired),
-            "bound_indep": _num(self.bound_indep),
-            "se_multiplier": self.multiplier,
-            "se_delta_deploy_paired": _num(self.se_deploy_paired),
-            "sensitivity": {"screen": f"Δgap + {self.screen_multiplier:g}·SE_paired < 0",
-                            "bound": _num(self.screen_bound), "status": self.status_sensitivity},
-        }
-
 
 def gate_b(records: PairedRecords, *, multiplier: float = SE_MULTIPLIER,
            screen_multiplier: float = SCREEN_SE_MULTIPLIER) -> GateB:
@@ -605,7 +530,7 @@ class MechanismSignature:
 
     ``dot_T = ⟨ΔW, v_T⟩``, ``dot_A = ⟨ΔW, v_A⟩``, ``α_T = dot_T / ‖v_T‖``, ``α_A = dot_A / ‖v_A‖``,
     ``ρ_AT = |α_A| / |α_T|``. ``rho`` is NaN when undefined (``α_T = 0``, a zero gradient, or
-    missing numbers); ``undefined_reason`` says why. ``α_T`` counts as 0 when
+    missing numbers); ``undefined`` says why (one of :data:`UNDEFINED_CAUSES`). ``α_T`` counts as 0 when
     ``|α_T| ≤ 1e-10·‖ΔW‖`` (floating-point zero) or exactly 0 when ``‖ΔW‖`` is unknown.
     ``per_parameter`` optionally lists ``(name, numel, dot_T, dot_A)`` per slice parameter.
     """
@@ -622,35 +547,26 @@ class MechanismSignature:
     per_parameter: tuple[tuple[str, int, float, float], ...] = ()
 
     @property
-    def undefined_reason(self) -> str | None:
+    def undefined(self) -> str | None:
+        """Why ρ_AT is undefined, as one of :data:`UNDEFINED_CAUSES` (None when it is defined)."""
         if self.norm_T is not None and self.norm_T == 0:
-            return "the task gradient v_T is zero on the slice, so α_T and ρ_AT are undefined"
+            return ZERO_TASK_GRADIENT
         if self.norm_A is not None and self.norm_A == 0:
-            return "the attack gradient v_A is zero on the slice, so α_A and ρ_AT are undefined"
+            return ZERO_ATTACK_GRADIENT
         if not (math.isfinite(self.alpha_T) and math.isfinite(self.alpha_A)):
-            return "α_T or α_A is not a finite number, so ρ_AT is undefined"
+            return NOT_FINITE
         if self.norm_update is not None and self.norm_update == 0:
-            return "the update ΔW is zero on the slice, so α_T = 0 and ρ_AT is undefined"
+            return ZERO_UPDATE
         tol = 1e-10 * self.norm_update if self.norm_update is not None else 0.0
         if abs(self.alpha_T) <= tol:
-            return "α_T = 0 (the update is orthogonal to the task gradient), so ρ_AT is undefined"
+            return ORTHOGONAL_TO_TASK
         return None
 
     @property
     def rho(self) -> float:
-        if self.undefined_reason is not None:
+        if self.undefined is not None:
             return float("nan")
         return abs(self.alpha_A) / abs(self.alpha_T)
-
-    def to_dict(self) -> dict:
-        return {
-            "alpha_T": _num(self.alpha_T), "alpha_A": _num(self.alpha_A), "rho_AT": _num(self.rho),
-            "dot_T": _num(self.dot_T), "dot_A": _num(self.dot_A), "norm_v_T": _num(self.norm_T),
-            "norm_v_A": _num(self.norm_A), "norm_update": _num(self.norm_update),
-            "n_elements": self.n_elements, "source": self.source, "undefined": self.undefined_reason,
-            "per_parameter": [{"name": n, "numel": int(k), "dot_T": _num(t), "dot_A": _num(a)}
-                              for n, k, t, a in self.per_parameter],
-        }
 
 
 def mechanism_signature(delta_w, v_T, v_A, *, names: Sequence[tuple[str, int]] = (),
@@ -759,32 +675,6 @@ class GateC:
             return NA
         return PASS if cls == self.claimed_class else FAIL
 
-    @property
-    def reason(self) -> str:
-        und = self.signature.undefined_reason
-        if und is not None:
-            # capitalise a leading Latin letter only: "α_T" must not become the Greek capital "Α_T"
-            return (und[0].upper() if und[0].isascii() else und[0]) + und[1:] + "."
-        rho = self.signature.rho
-        rel = "<" if rho < self.boundary else "≥"
-        return (f"ρ_AT = {rho:.4f} {rel} {self.boundary:g} signs the update as {self.signed_class}; "
-                f"the claimed class is {self.claimed_class}.")
-
-    def to_dict(self) -> dict:
-        bounds = sorted({*self.sensitivity_boundaries, self.boundary})
-        return {
-            "status": self.status,
-            "statistic": {"name": "ρ_AT", "value": _num(self.signature.rho)},
-            "threshold": f"attack-targeted iff ρ_AT < {self.boundary:g}; pass iff the signed class is the claimed one",
-            "reason": self.reason,
-            "claimed_class": self.claimed_class,
-            "signed_class": self.signed_class,
-            "boundary": self.boundary,
-            **self.signature.to_dict(),
-            "by_boundary": [{"boundary": b, "class": self.class_at(b), "status": self.status_at(b)} for b in bounds],
-            "notes": list(self.notes),
-        }
-
 
 def gate_c(signature: MechanismSignature, claimed_class: str, *, boundary: float = DEFAULT_BOUNDARY,
            sensitivity_boundaries: Sequence[float] = SENSITIVITY_BOUNDARIES,
@@ -829,11 +719,6 @@ class Installability:
     def installable(self) -> bool:
         return bool(math.isfinite(self.se) and self.gap > self.multiplier * self.se)
 
-    def to_dict(self) -> dict:
-        return {"gap": _num(self.gap), "se": _num(self.se), "n_questions": self.n_questions,
-                "rate_eval": _num(self.rate_eval), "rate_deploy": _num(self.rate_deploy),
-                "se_multiplier": self.multiplier, "installable": self.installable}
-
 
 def installability(records: PairedRecords, *, multiplier: float = SE_MULTIPLIER) -> Installability:
     """Installability of the *baseline* cell's gap in ``records`` (the defense cell is ignored)."""
@@ -871,44 +756,17 @@ class GateD:
         return math.sqrt(self.se_P ** 2 + self.se_X ** 2)
 
     @property
+    def standardised_difference(self) -> float:
+        """``|Γ_X − Γ_P| / SE_comb`` (0 for equal Γ and inf for unequal ones when ``SE_comb = 0``)."""
+        diff = abs(self.gamma_X - self.gamma_P)
+        if self.se_comb > 0:
+            return diff / self.se_comb
+        return 0.0 if self.gamma_X == self.gamma_P else float("inf")
+
+    @property
     def would_pass(self) -> bool:
         return bool(self.gamma_P > 0 and self.gamma_X > 0
                     and abs(self.gamma_X - self.gamma_P) <= self.multiplier * self.se_comb)
-
-    @property
-    def reason(self) -> str:
-        inst = self.installability_X
-        if not inst.installable:
-            return (f"N/A: the cross-task baseline gap {inst.gap:.4f} is not installed "
-                    f"(not above {inst.multiplier:g}·SE = {inst.multiplier * inst.se:.4f}).")
-        if not (math.isfinite(self.se_P) and math.isfinite(self.se_X)):
-            return "N/A: a paired standard error needs at least 2 questions on each task."
-        if self.degenerate:
-            return (f"N/A: the cross-task baseline rate(s) {', '.join(self.degenerate)} lie within "
-                    f"{self.margin:g} of 0 or 1 (degenerate).")
-        parts = f"Γ_P = {self.gamma_P:.4f}, Γ_X = {self.gamma_X:.4f}, |Γ_X − Γ_P| = " \
-                f"{abs(self.gamma_X - self.gamma_P):.4f} vs {self.multiplier:g}·SE_comb = " \
-                f"{self.multiplier * self.se_comb:.4f}"
-        if self.status == CAVEAT:
-            return parts + "; it would pass, but the cross-task run used a restricted recipe variant."
-        return parts + ("; the reduction transfers." if self.status == PASS else "; the reduction does not transfer.")
-
-    def to_dict(self) -> dict:
-        return {
-            "status": self.status,
-            "statistic": {"name": "|Γ_X − Γ_P| / SE_comb", "value": _num(
-                abs(self.gamma_X - self.gamma_P) / self.se_comb if self.se_comb > 0 else
-                (0.0 if self.gamma_X == self.gamma_P else float("inf")))},
-            "threshold": f"Γ_P > 0, Γ_X > 0 and |Γ_X − Γ_P| ≤ {self.multiplier:g}·SE_comb; cross-task baseline "
-                         f"gap installed and framing rates not within {self.margin:g} of 0 or 1",
-            "reason": self.reason,
-            "gamma_P": _num(self.gamma_P), "gamma_X": _num(self.gamma_X),
-            "se_P": _num(self.se_P), "se_X": _num(self.se_X), "se_comb": _num(self.se_comb),
-            "cross_baseline": self.installability_X.to_dict(),
-            "degenerate": list(self.degenerate), "degenerate_margin": self.margin,
-            "restricted_variant": self.restricted,
-            "n_questions_P": self.n_questions_P, "n_questions_X": self.n_questions_X,
-        }
 
 
 def _gamma(records: PairedRecords) -> tuple[float, float]:
@@ -1027,14 +885,8 @@ def acceptance(primary: Installability, *, a: GateA | None = None, b: GateB | No
 # Across many cells: the progressive filter and the threshold sensitivity
 # ---------------------------------------------------------------------------------------------
 
-#: The progressive filter: (label, gates that must all be strict passes).
-FILTER_ROWS = (
-    ("(b)", ("b",)),
-    ("(a)", ("a",)),
-    ("(a) ∧ (b)", ("a", "b")),
-    ("(b) ∧ (c)", ("b", "c")),
-    ("all four", ("a", "b", "c", "d")),
-)
+#: The progressive filter: the gates of each row, which must all be strict passes.
+FILTER_ROWS = (("b",), ("a",), ("a", "b"), ("b", "c"), GATES)
 
 
 @dataclass(frozen=True)
@@ -1043,34 +895,30 @@ class FilterRow:
     outcome (pass, fail or pass-with-caveat; not missing, not N/A) for every listed gate, and
     ``n_pass`` pass every listed gate strictly."""
 
-    label: str
     gates: tuple[str, ...]
     n_cells: int
     n_with_result: int
     n_pass: int
 
-    def to_dict(self) -> dict:
-        return {"filter": self.label, "gates": list(self.gates), "n_cells": self.n_cells,
-                "n_with_result": self.n_with_result, "n_pass": self.n_pass}
-
 
 def progressive_filter(results: Sequence[AcceptanceResult]) -> tuple[FilterRow, ...]:
     """How many cells have a result and pass for (b), (a), (a)∧(b), (b)∧(c) and all four."""
     rows = []
-    for label, gates in FILTER_ROWS:
+    for gates in FILTER_ROWS:
         with_result = sum(all(r.statuses[g] in (PASS, FAIL, CAVEAT) for g in gates) for r in results)
         passing = sum(all(r.statuses[g] == PASS for g in gates) for r in results)
-        rows.append(FilterRow(label, gates, len(results), int(with_result), int(passing)))
+        rows.append(FilterRow(gates, len(results), int(with_result), int(passing)))
     return tuple(rows)
 
 
 @dataclass(frozen=True)
 class SensitivityRow:
-    """The card of ``cell`` re-read with one diagnostic at another threshold."""
+    """The card of ``cell`` re-read with one diagnostic at another ``threshold``: the interval
+    level for (a), the SE multiplier of the paired-only screen for (b), the ρ_AT boundary for (c)."""
 
     cell: str
     gate: str
-    variant: str
+    threshold: float
     status: str
     status_variant: str
     verdict: str
@@ -1083,11 +931,6 @@ class SensitivityRow:
     @property
     def status_changes(self) -> bool:
         return self.status != self.status_variant
-
-    def to_dict(self) -> dict:
-        return {"cell": self.cell, "gate": self.gate, "variant": self.variant, "status": self.status,
-                "status_variant": self.status_variant, "verdict": self.verdict,
-                "verdict_variant": self.verdict_variant, "verdict_changes": self.verdict_changes}
 
 
 def threshold_sensitivity(results: Sequence[AcceptanceResult], labels: Sequence[str]) -> tuple[SensitivityRow, ...]:
@@ -1104,14 +947,14 @@ def threshold_sensitivity(results: Sequence[AcceptanceResult], labels: Sequence[
         base = res.verdict
         variants = []
         if res.a is not None:
-            variants.append(("a", f"{res.a.sensitivity_level:.0%} interval", res.a.status_sensitivity))
+            variants.append(("a", res.a.sensitivity_level, res.a.status_sensitivity))
         if res.b is not None:
-            variants.append(("b", f"{res.b.screen_multiplier:g}-SE paired-only screen", res.b.status_sensitivity))
+            variants.append(("b", res.b.screen_multiplier, res.b.status_sensitivity))
         if res.c is not None:
             for bd in res.c.sensitivity_boundaries:
-                variants.append(("c", f"boundary {bd:g}", res.c.status_at(bd)))
-        for gate, name, st in variants:
-            rows.append(SensitivityRow(cell=lab, gate=gate, variant=name, status=res.statuses[gate],
+                variants.append(("c", bd, res.c.status_at(bd)))
+        for gate, value, st in variants:
+            rows.append(SensitivityRow(cell=lab, gate=gate, threshold=float(value), status=res.statuses[gate],
                                        status_variant=st, verdict=base,
                                        verdict_variant=res.verdict_with(**{gate: st})))
     return tuple(rows)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pandas as pd
@@ -10,7 +11,7 @@ import pytest
 from helpers.acceptance_synth import records
 from helpers.cli import run_cli
 
-from recipe_audit.cards.acceptance import validate
+from recipe_audit.cards.acceptance import AcceptanceCard, AcceptanceCardError, to_markdown, validate
 from recipe_audit.stats import acceptance as gates
 
 GOOD = {"base": (0.4, 0.85), "def": (0.75, 0.85)}
@@ -23,6 +24,15 @@ def _frame(cells=GOOD, cross=GOOD, seed=0, n=40):
     if cross is not None:
         parts.append(records(cross, n_questions=n, n_templates=4, task="arith", seed=seed + 2, qprefix="x"))
     return pd.concat(parts, ignore_index=True)
+
+
+def _round_trip(doc: dict) -> AcceptanceCard:
+    """The typed card read back from a card.json writes the same document, key order included."""
+    card = AcceptanceCard.from_json(doc)
+    assert card.to_json() == doc
+    assert json.dumps(card.to_json(), indent=2, ensure_ascii=False) == json.dumps(doc, indent=2, ensure_ascii=False)
+    assert card.content_digest() == doc["digest"]
+    return card
 
 
 @pytest.fixture
@@ -45,6 +55,8 @@ def test_json_card_contract(files, capsys):
     assert rc == 0, err
     doc = json.loads(card.read_text())
     validate(doc)
+    typed = _round_trip(doc)
+    assert typed.cells[0].statuses == {g: doc["diagnostics"][g]["status"] for g in "abcd"}
     assert set(doc["diagnostics"]) == {"a", "b", "c", "d"}
     for g in "abcd":
         assert doc["diagnostics"][g]["status"] in gates.STATUSES
@@ -113,6 +125,7 @@ def test_many_cells_filter_and_sensitivity(tmp_path, capsys):
     rc, out, err = run_cli(args, capsys)
     assert rc == 0, err
     doc = json.loads((tmp_path / "c.json").read_text())
+    card = _round_trip(doc)
     assert "diagnostics" not in doc and len(doc["cells"]) == 3
     verdicts = [c["verdict"] for c in doc["cells"]]
     assert verdicts[0] == gates.FULL_PASS and verdicts[1] == gates.VERDICT_FAIL and verdicts[2] == gates.NEAR_MISS
@@ -124,6 +137,7 @@ def test_many_cells_filter_and_sensitivity(tmp_path, capsys):
                                                         for r in changes]  # ρ = 0.55: shrinkage at 0.5
     assert all(r["verdict"] != r["verdict_variant"] for r in changes)
     md = (tmp_path / "c.md").read_text()
+    assert to_markdown(card) == md == to_markdown(doc)
     assert "| def_s0 | (c) | boundary 0.5 | pass | fail | full-card pass | near miss | **yes** |" in md
     assert out.count("\n") >= 5
 
@@ -135,6 +149,7 @@ def test_undefined_when_the_baseline_gap_is_not_installed(tmp_path, capsys):
                          capsys)
     assert rc == 0, err
     doc = json.loads((tmp_path / "c.json").read_text())
+    _round_trip(doc)
     assert doc["verdict"] == gates.UNDEFINED and doc["weaker_claims"] == []
     assert doc["cells"][0]["primary_baseline_gap"]["installable"] is False
 
@@ -185,6 +200,32 @@ def test_restricted_cross_task_variant_is_a_caveat(files, capsys, flag):
                           "--resamples", "500", "--json", str(card)], capsys)
     assert rc == 0, err
     doc = json.loads(card.read_text())
+    _round_trip(doc)
     assert doc["diagnostics"]["d"]["status"] == gates.CAVEAT and doc["diagnostics"]["d"]["restricted_variant"]
     assert doc["verdict"] == gates.NEAR_MISS
     assert any("restricted recipe variant (caveat)" in w for w in doc["weaker_claims"])
+
+
+def test_the_card_is_frozen_and_typed(files, capsys):
+    path = files / "card.json"
+    rc, _, err = run_cli(["acceptance", "--records", str(files / "held.csv"), "--records", str(files / "rest.parquet"),
+                          "--defense", "def", "--baseline", "base", "--task", "mcq", "--alphas",
+                          str(files / "alphas.json"), "--resamples", "200", "--json", str(path)], capsys)
+    assert rc == 0, err
+    doc = json.loads(path.read_text())
+    card = AcceptanceCard.from_json(doc)
+    assert isinstance(card.cells, tuple) and isinstance(card.cells[0].weaker_claims, tuple)
+    assert isinstance(card.options["sensitivity_boundaries"], tuple)
+    assert card.cells[0].diagnostics.a.statistic.value == doc["diagnostics"]["a"]["statistic"]["value"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        card.cells[0].verdict = gates.FULL_PASS
+    with pytest.raises(TypeError):
+        card.cells[0].diagnostics.a.detail["delta_gap"] = 0.0
+    bad = json.loads(path.read_text())
+    bad["cells"][0]["statuses"]["a"] = gates.FAIL
+    with pytest.raises(AcceptanceCardError, match="statuses"):
+        AcceptanceCard.from_json(bad)
+    bad = json.loads(path.read_text())
+    bad["verdict"] = gates.VERDICT_FAIL
+    with pytest.raises(AcceptanceCardError, match="top-level 'verdict'"):
+        AcceptanceCard.from_json(bad)

@@ -318,7 +318,9 @@ def test_python_api_with_in_memory_models(world):
                                      claimed_class="shrinkage")
     df = pd.read_csv(world["root"] / "recs.csv")
     req = AcceptanceRequest(defense=("def",), baseline=("base",), resamples=300)
-    doc = run_acceptance(req, records=df, mechanisms=got)
+    card = run_acceptance(req, records=df, mechanisms=got)
+    assert card.cells[0].diagnostics.c.detail["rho_AT"] == pytest.approx(got["def"].signature.rho)
+    doc = card.to_json()
     assert doc["diagnostics"]["c"]["status"] in ("pass", "fail")
     assert doc["diagnostics"]["c"]["rho_AT"] == pytest.approx(got["def"].signature.rho)
     assert doc["source"]["mechanism"] == {"kind": "in-memory"}

@@ -12,6 +12,7 @@ from helpers.acceptance_synth import exact, rate_pattern, records
 
 import recipe_audit.stats.acceptance as gates
 from recipe_audit.acceptance.records import paired_records, validate_records
+from recipe_audit.cards.acceptance import filter_label, gate_json, gate_reason, sensitivity_variant
 from recipe_audit.stats import StatsInputError
 
 
@@ -148,7 +149,7 @@ def test_gate_b_needs_both_standard_errors():
 def test_gate_b_one_question_is_na_and_screen():
     one = {"base": {"eval": [0], "deploy": [1]}, "def": {"eval": [1], "deploy": [1]}}
     g = gates.gate_b(_paired(exact(one, split="fresh"), split="fresh"))
-    assert g.status == gates.NA and g.status_sensitivity == gates.NA and "at least 2" in g.reason
+    assert g.status == gates.NA and g.status_sensitivity == gates.NA and "at least 2" in gate_reason(g)
     four = {"base": {"eval": [0] * 4, "deploy": [1] * 4}, "def": {"eval": [1, 1, 0, 0], "deploy": [1] * 4}}
     g = gates.gate_b(_paired(exact(four, split="fresh"), split="fresh"))
     assert g.screen_bound == pytest.approx(-0.5 + math.sqrt(1 / 3) / 2)  # one paired SE
@@ -196,8 +197,9 @@ def test_boundaries_and_undefined_rho():
                 gates.mechanism_signature([1.0, 1.0], [0.0, 0.0], [0.0, 1.0])):
         gc = gates.gate_c(sig, "shrinkage")
         assert gc.status == gates.NA and gc.signed_class is None and math.isnan(sig.rho)
-        assert "undefined" in gc.reason
-        d = gc.to_dict()
+        assert gc.signature.undefined in gates.UNDEFINED_CAUSES
+        assert "undefined" in gate_reason(gc)
+        d = gate_json(gc)
         assert d["rho_AT"] is None and d["undefined"]
 
 
@@ -241,7 +243,7 @@ def test_gate_d_caveat_na_and_fail():
     # not installable: the cross-task baseline has no gap
     flat = {"base": {"eval": rate_pattern(8, 4), "deploy": rate_pattern(8, 4)}, "def": X8["def"]}
     g = gates.gate_d(p, _paired(exact(flat, task="x"), task="x"))
-    assert g.status == gates.NA and not g.installability_X.installable and "not installed" in g.reason
+    assert g.status == gates.NA and not g.installability_X.installable and "not installed" in gate_reason(g)
     # degenerate: baseline eval rate 0 on the cross task (a huge but degenerate gap)
     deg = {"base": {"eval": [0] * 8, "deploy": [1] * 8}, "def": X8["def"]}
     g = gates.gate_d(p, _paired(exact(deg, task="x"), task="x"))
@@ -331,8 +333,10 @@ def test_progressive_filter_counts():
         _result("pass", "pass", None, "pass"),            # (c) missing
         _result(None, "n/a", (0.0, 1.0), "pass"),          # (b) and (c) N/A: no result
     ]
-    rows = {r.label: (r.n_with_result, r.n_pass) for r in gates.progressive_filter(results)}
-    assert rows == {"(b)": (4, 3), "(a)": (4, 3), "(a) ∧ (b)": (4, 2), "(b) ∧ (c)": (3, 1), "all four": (1, 1)}
+    rows = {r.gates: (r.n_with_result, r.n_pass) for r in gates.progressive_filter(results)}
+    assert rows == {("b",): (4, 3), ("a",): (4, 3), ("a", "b"): (4, 2), ("b", "c"): (3, 1), gates.GATES: (1, 1)}
+    assert [filter_label(r.gates) for r in gates.progressive_filter(results)] == [
+        "(b)", "(a)", "(a) ∧ (b)", "(b) ∧ (c)", "all four"]
 
 
 def test_threshold_sensitivity_lists_verdict_changes():
@@ -340,10 +344,12 @@ def test_threshold_sensitivity_lists_verdict_changes():
     res = _result("pass", "pass", (1.0, 0.55), "pass")
     assert res.verdict == gates.FULL_PASS
     rows = gates.threshold_sensitivity([res], ["cell"])
-    by = {(r.gate, r.variant): r for r in rows}
-    assert by["c", "boundary 0.5"].status_variant == gates.FAIL and by["c", "boundary 0.5"].verdict_variant == gates.NEAR_MISS
-    assert by["c", "boundary 0.5"].verdict_changes
-    assert not by["c", "boundary 0.7"].verdict_changes
+    by = {(r.gate, r.threshold): r for r in rows}
+    assert by["c", 0.5].status_variant == gates.FAIL and by["c", 0.5].verdict_variant == gates.NEAR_MISS
+    assert by["c", 0.5].verdict_changes
+    assert not by["c", 0.7].verdict_changes
+    assert [sensitivity_variant(r.gate, r.threshold) for r in rows] == [
+        "68% interval", "1-SE paired-only screen", "boundary 0.5", "boundary 0.7"]
     assert {r.gate for r in rows} == {"a", "b", "c"}
 
 
@@ -384,8 +390,19 @@ def test_gate_c_reason_keeps_the_greek_alpha():
 
     sig = MechanismSignature(alpha_T=0.0, alpha_A=0.3, norm_T=1.0, norm_A=1.0, norm_update=1.0)
     gate = GateC(status="na", claimed_class="shrinkage", signed_class=None, boundary=0.5, signature=sig)
-    assert gate.reason.startswith("α_T = 0 (the update")
-    assert "\u0391" not in gate.reason  # GREEK CAPITAL LETTER ALPHA
+    assert gate_reason(gate).startswith("α_T = 0 (the update")
+    assert "\u0391" not in gate_reason(gate)  # GREEK CAPITAL LETTER ALPHA
     sig2 = MechanismSignature(alpha_T=0.5, alpha_A=0.3, norm_T=0.0, norm_A=1.0, norm_update=1.0)
     gate2 = GateC(status="na", claimed_class="shrinkage", signed_class=None, boundary=0.5, signature=sig2)
-    assert gate2.reason.startswith("The task gradient")
+    assert gate_reason(gate2).startswith("The task gradient")
+
+
+def test_the_statistics_return_numbers_not_card_layout():
+    """The result objects carry numbers and status codes; the card's JSON and wording are written
+    by recipe_audit.cards.acceptance."""
+    for cls in (gates.GateA, gates.GateB, gates.GateC, gates.GateD, gates.Installability, gates.MechanismSignature,
+                gates.FilterRow, gates.SensitivityRow, gates.AcceptanceResult):
+        assert not hasattr(cls, "to_dict") and not hasattr(cls, "reason"), cls.__name__
+    assert not hasattr(gates, "_num")
+    assert gates.signature_from_alphas(0.0, 1.0).undefined == gates.ORTHOGONAL_TO_TASK
+    assert gates.signature_from_alphas(1.0, 1.0).undefined is None
