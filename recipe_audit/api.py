@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 if TYPE_CHECKING:
     import pandas as pd
 
+    from recipe_audit.cards.document import RecipeCard
     from recipe_audit.stats.exact import TailBound
     from recipe_audit.store.registry import AttachResult, GateResult
 
@@ -71,24 +73,37 @@ def verdict(failures: int, reruns: int, eps: float = DEFAULT_EPS, delta: float =
 
 @dataclass(frozen=True)
 class Card:
-    """A recipe card: ``doc`` is the card document (what ``card.json`` holds, validated against
-    the JSON Schema ``recipe_audit/schemas/recipe_card.v1.json``). In a notebook the card shows
-    as its Markdown."""
+    """A recipe card: ``card`` is the typed card (:class:`recipe_audit.cards.document.RecipeCard`);
+    :attr:`doc` its JSON (what ``card.json`` holds, validated against the JSON Schema
+    ``recipe_audit/schemas/recipe_card.v1.json``). ``Card(doc)`` of a card's JSON reads it
+    (``RecipeCard.from_json``). In a notebook the card shows as its Markdown."""
 
-    doc: dict[str, Any]
+    card: RecipeCard
+
+    def __post_init__(self) -> None:
+        if isinstance(self.card, dict):
+            from recipe_audit.cards.document import RecipeCard
+
+            object.__setattr__(self, "card", RecipeCard.from_json(self.card))
+
+    @cached_property
+    def doc(self) -> dict[str, Any]:
+        """The card document: ``card.to_json()``."""
+        return self.card.to_json()
 
     @property
     def cells(self) -> list[dict[str, Any]]:
         """One entry per cell (recipe, group, audit set) and τ: ``n_reruns``, ``n_failures``,
-        ``upper_bound``, ``lower_bound``, ``verdict``, ``rules``, ``reason``, ..."""
+        ``upper_bound``, ``lower_bound``, ``verdict``, ``rules``, ``reason``, ... (the typed
+        entries: ``card.cells``)."""
         return self.doc["cells"]
 
     @property
     def verdict(self) -> str:
         """The verdict of a card with one cell at one τ (else ``ValueError``: read :attr:`cells`)."""
-        if len(self.cells) != 1:
-            raise ValueError(f"This card has {len(self.cells)} entries (cells × τ); read .cells or .table().")
-        return self.cells[0]["verdict"]
+        if len(self.card.cells) != 1:
+            raise ValueError(f"This card has {len(self.card.cells)} entries (cells × τ); read .cells or .table().")
+        return self.card.cells[0].verdict
 
     def table(self) -> pd.DataFrame:
         """The verdicts as a DataFrame, one row per cell and τ."""
@@ -101,7 +116,7 @@ class Card:
         """The card for people, as ``card.md`` has it (without the pictures)."""
         from recipe_audit.cards.render import to_markdown
 
-        return to_markdown(self.doc)
+        return to_markdown(self.card)
 
     def _repr_markdown_(self) -> str:  # Jupyter
         return self.markdown()
@@ -111,7 +126,7 @@ class Card:
         ``directory``; returns them by kind."""
         from recipe_audit.cards.files import render_files
 
-        return render_files(self.doc, Path(directory))
+        return render_files(self.card, Path(directory))
 
 
 def _options(taus: float | Sequence[float], eps: float, delta: float, higher_is_better: bool, unfinished: str):
@@ -151,7 +166,7 @@ def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[f
     >>> tmp.cleanup()
     """
     from recipe_audit import keys
-    from recipe_audit.cards.compute import CardRequest, compute_cards
+    from recipe_audit.cards.compute import CardRequest, compute_card
     from recipe_audit.store.tracking import resolve_tracking_uri
 
     opts = _options(taus, eps, delta, higher_is_better, unfinished)
@@ -160,7 +175,7 @@ def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[f
                       seed_key=seed_key or "tags." + keys.TAG_SEED, group_by=tuple(group_by),
                       recipe_id=recipe_id, sweep_id=sweep_id,
                       planned_seeds=None if planned_seeds is None else tuple(planned_seeds))
-    return Card(compute_cards(req, opts))
+    return Card(compute_card(req, opts))
 
 
 def _column(frame: pd.DataFrame, name: str, what: str, prefixes: Sequence[str]) -> str:
@@ -203,7 +218,7 @@ def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
     import numpy as np
     import pandas as pd
 
-    from recipe_audit.cards.build import build_document
+    from recipe_audit.cards.build import build_card
     from recipe_audit.cards.model import cell_from_rerun_set
     from recipe_audit.reruns import collect_reruns
 
@@ -236,7 +251,7 @@ def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
     cells = [cell_from_rerun_set(rs, "") for rs in sets]
     source = {"experiment": None, "metric": name, "seed_key": seed_col, "group_by": groups,
               "read_path": "dataframe", "planned_seeds": None if planned_seeds is None else list(planned_seeds)}
-    return Card(build_document(cells, opts, source))
+    return Card(build_card(cells, opts, source))
 
 
 def _uri(tracking_uri: str | None) -> str:

@@ -199,7 +199,7 @@ def cmd_card(a: argparse.Namespace) -> int:
     uri = resolve_tracking_uri(a.tracking_uri)
     check.tracking_uri(uri, will_log=a.log_run)
 
-    from recipe_audit.cards.compute import CardRequest, compute_cards
+    from recipe_audit.cards.compute import CardRequest, compute_card
     from recipe_audit.cards.files import render_files, write_json
     from recipe_audit.cards.model import CardOptions
     from recipe_audit.cards.sweep import print_card_summary
@@ -213,7 +213,7 @@ def cmd_card(a: argparse.Namespace) -> int:
                       group_by=tuple(a.group_by), recipe_id=a.recipe_id, sweep_id=a.sweep_id,
                       planned_seeds=planned)
     if shift:  # one card per audit set, side by side
-        from recipe_audit.cards.shift import compute_shift_cards, scored_audit_sets
+        from recipe_audit.cards.shift import compute_shift_card, scored_audit_sets
 
         if a.all_audits:
             audits = [*audits, *(x for x in scored_audit_sets(req) if x not in audits)]
@@ -228,11 +228,11 @@ def cmd_card(a: argparse.Namespace) -> int:
                         higher_is_better=not a.lower_is_better, audits_named=bool(audits) or not a.metric,
                         frame=frame)
     if shift:
-        doc = compute_shift_cards(req, opts, audits, split_audit=a.split_audit,
-                                  responsiveness=a.responsiveness, n_splits=a.splits)
+        doc = compute_shift_card(req, opts, audits, split_audit=a.split_audit,
+                                 responsiveness=a.responsiveness, n_splits=a.splits)
     else:
-        doc = compute_cards(req, opts, split_audit=a.split_audit, responsiveness=a.responsiveness,
-                            n_splits=a.splits, frame=frame)
+        doc = compute_card(req, opts, split_audit=a.split_audit, responsiveness=a.responsiveness,
+                           n_splits=a.splits, frame=frame)
     try:
         files = render_files(doc, a.out) if a.out else None
         if a.json_path:
@@ -247,11 +247,11 @@ def cmd_card(a: argparse.Namespace) -> int:
         from recipe_audit.cards.shift import shift_table
         from recipe_audit.cards.tables import text_table
 
-        header, rows = shift_table(doc["shift"], markdown=False)
+        header, rows = shift_table(doc.shift, markdown=False)
         print("\nShift: calibration audit vs target audits\n" + text_table(rows, header))
     if a.log_run:
         try:
-            runs = log_cell_card_runs(doc, uri, a.experiment_name)
+            runs = log_cell_card_runs(doc.to_json(), uri, a.experiment_name)
         except Exception as exc:  # noqa: BLE001 - a store that refuses the write: one sentence
             if isinstance(exc, ValueError):
                 raise

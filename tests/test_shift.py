@@ -17,6 +17,7 @@ from recipe_audit import keys
 from recipe_audit.app import task_configs as T
 from recipe_audit.app.schema import register_configs
 from recipe_audit.cards.compute import CardRequest, compute_cards
+from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.files import validate
 from recipe_audit.cards.model import CardOptions
 from recipe_audit.cards.render import to_markdown
@@ -111,7 +112,7 @@ def test_shift_cards_side_by_side(store, capsys, tmp_path):
     assert (a_shift["n_failures"], a_shift["n_reruns"]) == (11, 22) and a_shift["upper_bound"] > 0.1
     refused = [e for e in doc["cells"] if e["recipe_id"] == "b" * 16 and e["audit_set"] == "shift_restaurants"][0]
     assert "shift_restaurants" in refused["reason"] and "scored on calibration" in refused["reason"]
-    md = to_markdown(doc)
+    md = to_markdown(RecipeCard.from_json(doc))
     assert "## Shift: calibration audit vs target audits" in md and "SPEC" not in md and "refused-shift (not scored)" in md
     assert "| calibration (calibration audit) | shift_restaurants (domain shift) | entailment/calibration (task shift) |" \
         in md

@@ -390,7 +390,7 @@ class RecipeAuditCallback(Callback):
             except CardError as exc:
                 _stop(f"no card for metric '{metric}' of sweep {sweep.sweep_id}: {exc}")
         # the verdict where the runs table shows it: on the sweep's own row
-        tracking.tag_sweep_with_cards(sweep, [e for d in docs for e in d["cells"]], summary_markdown(docs))
+        tracking.tag_sweep_with_cards(sweep, [e.to_json() for d in docs for e in d.cells], summary_markdown(docs))
 
     # -- every job, in the job's own process --------------------------------------------------------
 

@@ -24,6 +24,7 @@ from recipe_audit.cards.model import CardError
 from recipe_audit.stats.anytime import ANYTIME_METHOD, ANYTIME_RULE, anytime_bound
 
 if TYPE_CHECKING:
+    from recipe_audit.cards.document import RecipeCard
     from recipe_audit.cards.model import Cell
 
 ANYTIME = "anytime"
@@ -111,12 +112,12 @@ def apply_anytime(entries: list[dict[str, Any]], cells: Sequence[Cell], opts) ->
             })
 
 
-def markdown_lines(doc: dict[str, Any]) -> list[str]:
+def markdown_lines(doc: RecipeCard) -> list[str]:
     """The notice an anytime card opens with ([] for a fixed-N card)."""
-    if not any(e.get("reading") == ANYTIME for e in doc["cells"]):
+    if not any(e.reading == ANYTIME for e in doc.cells):
         return []
-    e0 = next(e for e in doc["cells"] if e.get("reading") == ANYTIME)
-    floor = e0.get("anytime", {}).get("sample_floor", e0["sample_floor"])
+    e0 = next(e for e in doc.cells if e.reading == ANYTIME)
+    floor = e0.anytime.sample_floor if e0.anytime and e0.anytime.has("sample_floor") else e0.sample_floor
     return ["**Anytime card (open-ended sweep).** The reruns were added until the card looked good, so "
             "the bounds here are a confidence sequence: U_n and L_n hold at every number of reruns at once, "
             "however often the card was read. They are wider than a fixed-N card's, and the floor is the "

@@ -1,15 +1,14 @@
 """Recipe cards: from resolved reruns to a card document.
 
-A *card document* is what one card computation produces: a list of entries, one per
-(cell, τ), each with the exact tail bound, the verdict and the comparison rules, plus the
-reruns behind it and their digest. The document is plain JSON (validated against the schema
-shipped in ``recipe_audit/schemas``); rendering and storage live in sibling modules.
+A card (:class:`~recipe_audit.cards.document.RecipeCard`) is what one card computation produces:
+entries, one per (cell, τ), each with the exact tail bound, the verdict and the comparison rules,
+plus the reruns behind it and their digest. Its JSON (``to_json()``) is validated against the
+schema shipped in ``recipe_audit/schemas``; rendering and storage live in sibling modules.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,20 +19,10 @@ from recipe_audit.cards.anytime import apply_anytime
 from recipe_audit.cards.band import band_fields
 from recipe_audit.cards.curtail import curtailed_fields
 from recipe_audit.cards.digest import seal
+from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.family import apply_family
+from recipe_audit.cards.jsontext import json_number
 from recipe_audit.cards.model import CARD_KIND, SCHEMA_VERSION, CardError, CardOptions, Cell
-
-
-def _num(x: Any) -> Any:
-    """JSON-safe number: NaN/inf become None."""
-    if x is None:
-        return None
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    x = float(x)
-    return x if math.isfinite(x) else None
 
 
 def _seed_json(s: Any) -> Any:
@@ -44,8 +33,8 @@ def _duplicate_json(d, tau: float) -> dict[str, Any]:
     """A re-run seed (``reruns.Duplicate``) on the card at ``tau``: its runs, which of them are
     results, the run the seed counts and its value, what that makes the seed at ``tau``, and
     whether its results disagree about the bar (then the seed counts as failing)."""
-    return {"seed": _seed_json(d.seed), "run_ids": list(d.run_ids), "values": [_num(v) for v in d.values],
-            "results": list(d.results), "decided_by": d.decided_by, "counted_value": _num(d.counted_value),
+    return {"seed": _seed_json(d.seed), "run_ids": list(d.run_ids), "values": [json_number(v) for v in d.values],
+            "results": list(d.results), "decided_by": d.decided_by, "counted_value": json_number(d.counted_value),
             "counted_as": d.counts_as(tau), "disagree": bool(d.disagrees(tau)),
             "nondeterministic": bool(d.nondeterministic)}
 
@@ -69,7 +58,7 @@ def card_entry(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
         "duplicates": [_duplicate_json(d, tau) for d in cell.duplicates],
         "nondeterministic": bool(cell.disagreeing_duplicates),
         "sweep_run_ids": list(cell.sweep_run_ids),
-        "reruns": [{"seed": _seed_json(s), "run_id": rid, "value": _num(v), "status": st}
+        "reruns": [{"seed": _seed_json(s), "run_id": rid, "value": json_number(v), "status": st}
                    for s, v, rid, st in zip(cell.seeds, cell.values.tolist(), cell.run_ids, cell.statuses,
                                             strict=True)],
         "digest": cell.digest,
@@ -103,8 +92,8 @@ def card_entry(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
         "reason": _reason(bound, cell, opts),
         "rules": {r: bool(rules.ships[r]) for r in stats.RULES},
         "rule_statistics": {
-            "mean": _num(rules.mean), "median": _num(rules.median), "sd": _num(rules.sd),
-            "bootstrap_limit": _num(rules.bootstrap_limit), "two_sd_limit": _num(rules.two_sd_limit),
+            "mean": json_number(rules.mean), "median": json_number(rules.median), "sd": json_number(rules.sd),
+            "bootstrap_limit": json_number(rules.bootstrap_limit), "two_sd_limit": json_number(rules.two_sd_limit),
             "bootstrap_percentile": rules.bootstrap_percentile, "bootstrap_B": rules.B,
             "bootstrap_seed": opts.bootstrap_seed, "n_finished": rules.n_finished,
             "n_ignored_by_practice_rules": rules.n_ignored,
@@ -154,8 +143,15 @@ def software_versions() -> dict[str, str]:
 
 
 def build_document(cells: Sequence[Cell], opts: CardOptions, source: dict[str, Any]) -> dict[str, Any]:
-    """The card document for ``cells`` × ``opts.taus``. Unfinished reruns refuse the card when
-    ``opts.unfinished == "refuse"`` (raises ``CardError`` naming them)."""
+    """The JSON of :func:`build_card` (``RecipeCard.to_json()``): what ``card.json`` holds."""
+    return build_card(cells, opts, source).to_json()
+
+
+def build_card(cells: Sequence[Cell], opts: CardOptions, source: dict[str, Any]) -> RecipeCard:
+    """The recipe card for ``cells`` × ``opts.taus``. Unfinished reruns refuse the card when
+    ``opts.unfinished == "refuse"`` (raises ``CardError`` naming them). The entries are assembled
+    as JSON objects (the readings of :mod:`~recipe_audit.cards.anytime`, :mod:`~recipe_audit.cards.family`
+    and :mod:`~recipe_audit.cards.curtail` complete them in place), then sealed and typed."""
     if not cells:
         raise CardError("There are no reruns to compute a card from.")
     if opts.unfinished == "refuse":
@@ -182,10 +178,9 @@ def build_document(cells: Sequence[Cell], opts: CardOptions, source: dict[str, A
                     **({"anytime": True} if opts.anytime else {})},
         "cells": entries,
     }
-    return seal(doc)
+    return RecipeCard.from_json(seal(doc))
 
 
-# fields of a card document its content digest leaves out (they are derived from it, or cover files)
 def summarise_recipe(params: dict[str, Any]) -> str:
     """A readable one-line summary from a rerun's flattened params (recipe_audit runs)."""
     g = params.get

@@ -1,7 +1,8 @@
 """Cards from a tracking store alone: read the reruns, resolve them per seed, build the card.
 
-This is the one place that turns "experiment + keys + options" into a card document; the
-Hydra callback and the ``recipe-audit card`` command both call :func:`compute_cards`.
+This is the one place that turns "experiment + keys + options" into a card
+(:class:`~recipe_audit.cards.document.RecipeCard`); the Hydra callback and the ``recipe-audit
+card`` command both call :func:`compute_card` (:func:`compute_cards` gives its JSON).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from recipe_audit import keys, stats
-from recipe_audit.cards.build import build_document, summarise_recipe
-from recipe_audit.cards.digest import seal
+from recipe_audit.cards.build import build_card, summarise_recipe
+from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.model import CardError, CardOptions, Cell, audit_set_of, cell_from_rerun_set
 
 # params read along with the reruns to describe the recipe on the card
@@ -54,10 +55,15 @@ def read_card_runs(req: CardRequest):
                      group_by=list(req.group_by), extra_keys=extra, require_metrics=False)
 
 
-def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = False,
-                  responsiveness: bool = False, n_splits: int = 1000, rng_seed: int = 0,
-                  frame=None) -> dict[str, Any]:
-    """The card document for every cell of ``req`` at every τ of ``opts``. ``frame``: the runs,
+def compute_cards(req: CardRequest, opts: CardOptions, **kwargs: Any) -> dict[str, Any]:
+    """The JSON of :func:`compute_card` (``RecipeCard.to_json()``), for callers that want the document."""
+    return compute_card(req, opts, **kwargs).to_json()
+
+
+def compute_card(req: CardRequest, opts: CardOptions, *, split_audit: bool = False,
+                 responsiveness: bool = False, n_splits: int = 1000, rng_seed: int = 0,
+                 frame=None) -> RecipeCard:
+    """The recipe card for every cell of ``req`` at every τ of ``opts``. ``frame``: the runs,
     when the caller has read them already with :func:`read_card_runs` ``(req)`` (else read here)."""
     from recipe_audit.reruns import QueryError, collect_reruns
     from recipe_audit.store.read import read_runs
@@ -107,11 +113,12 @@ def compute_cards(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fa
 
     # unlaunched seeds are not failures
     cells = apply_curtailment(cells, read_curtailment_records(req.tracking_uri, sweep_parents(cells)))
-    doc = build_document(cells, opts, source)
+    card = build_card(cells, opts, source)
     if split_audit or responsiveness:
-        _add_split_audit(doc, cells, opts, split_audit, responsiveness, n_splits, rng_seed)
-        seal(doc)  # the digest covers the split audit too
-    return doc
+        sections = _split_audit(cells, opts, split_audit, responsiveness, n_splits, rng_seed)
+        if sections:
+            card = card.updated(**sections).sealed()  # the digest covers the split audit too
+    return card
 
 
 _SCORED_ON = "tags." + keys.TAG_AUDIT_SETS
@@ -175,21 +182,24 @@ def _refuse_mixed_groups(sets, req: CardRequest) -> None:
                             f"that separates them or pick one with --recipe-id.")
 
 
-def _add_split_audit(doc, cells: Sequence[Cell], opts: CardOptions, split_audit: bool,
-                     responsiveness: bool, n_splits: int, rng_seed: int) -> None:
+def _split_audit(cells: Sequence[Cell], opts: CardOptions, split_audit: bool,
+                 responsiveness: bool, n_splits: int, rng_seed: int) -> dict[str, Any]:
+    """The ``split_audit`` and ``responsiveness`` sections asked for ({} when no cell is usable)."""
+    sections: dict[str, Any] = {}
     usable = [c for c in cells if c.shift_refusal is None]
     audit_cells = [stats.AuditCell(c.values, t) for c in usable for t in opts.taus]
     if not audit_cells:
-        return
+        return sections
     if split_audit:
         res = stats.held_out_split_audit(audit_cells, opts.eps, opts.delta, n_splits=n_splits,
                                          rng=np.random.default_rng(rng_seed),
                                          higher_is_better=opts.higher_is_better)
-        doc["split_audit"] = res.to_dict()
+        sections["split_audit"] = res.to_dict()
     if responsiveness:
         n_max = max(c.n for c in audit_cells)
         sizes = sorted({int(s) for s in np.linspace(2, n_max, num=min(12, max(n_max - 1, 1)))})
         res = stats.evidence_responsiveness(audit_cells, sizes, n_splits=n_splits, eps=opts.eps,
                                             delta=opts.delta, rng=np.random.default_rng(rng_seed),
                                             higher_is_better=opts.higher_is_better)
-        doc["responsiveness"] = res.to_dict()
+        sections["responsiveness"] = res.to_dict()
+    return sections

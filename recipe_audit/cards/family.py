@@ -18,12 +18,15 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recipe_audit.cards.model import CardError
 from recipe_audit.stats import exact
 from recipe_audit.stats.anytime import anytime_bound
 from recipe_audit.stats.family import BONFERRONI, HOLM, family_bounds
+
+if TYPE_CHECKING:
+    from recipe_audit.cards.document import RecipeCard
 
 
 class FamilyError(CardError):
@@ -118,38 +121,38 @@ def apply_family(entries: list[dict[str, Any]], eps: float, delta: float,
     return largest
 
 
-def lead_rows(doc: dict[str, Any]) -> list[list[str]]:
+def lead_rows(doc: RecipeCard) -> list[list[str]]:
     """Rows (cell, audit, τ, failures/N, family-wise U, family-wise verdict, pointwise verdict)
     of the entries that carry a family."""
     rows = []
-    for e in doc["cells"]:
-        f = e.get("family")
+    for e in doc.cells:
+        f = e.family
         if not f:
             continue
-        k = "—" if e["n_failures"] is None else str(e["n_failures"])
-        u = "—" if f["upper_bound"] is None or not math.isfinite(f["upper_bound"]) else f"{f['upper_bound']:.3f}"
-        rows.append([e["label"], e["audit_set"] or e["metric"], f"{e['tau']:g}", f"{k}/{e['n_reruns']}", u,
-                     f["verdict"], f["pointwise_verdict"]])
+        k = "—" if e.n_failures is None else str(e.n_failures)
+        u = "—" if f.upper_bound is None or not math.isfinite(f.upper_bound) else f"{f.upper_bound:.3f}"
+        rows.append([e.label, e.audit_set or e.metric, f"{e.tau:g}", f"{k}/{e.n_reruns}", u,
+                     f.verdict, f.pointwise_verdict])
     return rows
 
 
 LEAD_HEADER = ["cell", "audit", "τ", "failures/N", "U at δ/M", "family-wise verdict", "pointwise verdict"]
 
 
-def lead_lines(doc: dict[str, Any], markdown: bool = False) -> list[str]:
+def lead_lines(doc: RecipeCard, markdown: bool = False) -> list[str]:
     """The family-wise verdicts first, with the sentence that says why; [] for a card of one recipe."""
-    fams = [e["family"] for e in doc["cells"] if e.get("family")]
+    fams = [e.family for e in doc.cells if e.family]
     if not fams:
         return []
-    m = max(f["size"] for f in fams)
-    delta = doc["options"]["delta"]
-    floor = max(f["sample_floor"] for f in fams)
+    m = max(f.size for f in fams)
+    delta = doc.options["delta"]
+    floor = max(f.sample_floor for f in fams)
     head = (f"Family-wise verdicts (M = {m} recipe identities, each at δ/M = {delta / m:.3g}, "
             f"family-wise floor {floor} reruns):")
     from recipe_audit.cards.tables import text_table
 
     rows = lead_rows(doc)
-    members = list(dict.fromkeys(m for f in fams for m in f["members"]))
+    members = list(dict.fromkeys(m for f in fams for m in f.members))
     family = "The family: " + ", ".join(members) + (f" (and {m - len(members)} more identities without reruns "
                                                       "here)" if m > len(members) else "") + "."
     if markdown:

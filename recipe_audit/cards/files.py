@@ -16,6 +16,7 @@ from typing import Any
 
 from recipe_audit.cards import schemas
 from recipe_audit.cards.digest import seal
+from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.html import to_html
 from recipe_audit.cards.jsontext import dumps_indented
 from recipe_audit.cards.model import CardError
@@ -130,50 +131,52 @@ def _slug(text: str) -> str:
     return keep.strip("_")[:80] or "cell"
 
 
-def render_files(doc: dict[str, Any], out_dir: Path, stem: str = "card") -> dict[str, Path]:
+def render_files(card: RecipeCard | dict[str, Any], out_dir: Path, stem: str = "card") -> dict[str, Path]:
     """Write ``<stem>.json``, ``<stem>.md``, ``<stem>.html`` (the Markdown with its plots embedded)
-    and per cell a histogram PNG and a band PNG into ``out_dir``.
+    and per cell a histogram PNG and a band PNG into ``out_dir``. ``card``: the typed card, or a
+    card's JSON (read back from a file).
 
-    The JSON written is ``doc`` sealed with the manifest of the other files (name -> sha256), so
-    its digest covers every file of the card (``doc`` itself is not changed). Everything is
-    rendered into a temporary directory first and moved into place only when all of it
-    succeeded, so a failure never leaves a half-written card."""
+    The JSON written is the card's (``to_json()``) sealed with the manifest of the other files
+    (name -> sha256), so its digest covers every file of the card (``card`` itself is not changed).
+    Everything is rendered into a temporary directory first and moved into place only when all of
+    it succeeded, so a failure never leaves a half-written card."""
+    doc = card.to_json() if isinstance(card, RecipeCard) else {**card, "cells": [dict(e) for e in card["cells"]]}
     validate(doc)
     out_dir.mkdir(parents=True, exist_ok=True)
-    # the content digest the Markdown names; the manifest is added below. A copy of the document
-    # and its entries (sealing and rendering change neither the entries' contents nor anything
-    # below them: no deep copy of 100,000 reruns)
-    card = seal({**doc, "cells": [dict(e) for e in doc["cells"]]})
-    content = card["content_digest"]
+    # the content digest the Markdown names; the manifest is added below (``doc`` is a copy of the
+    # card's JSON down to its entries: sealing changes neither the entries nor anything below them)
+    seal(doc)
+    content = doc["content_digest"]
+    view = RecipeCard.from_json(doc)  # what is rendered: the sealed card
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".card-") as tmp:
         tmp_dir = Path(tmp)
         images: dict[tuple, str] = {}
         band_images: dict[tuple, str] = {}
         files: dict[str, Path] = {}
-        for i, (key, entries) in enumerate(cell_groups(card).items()):
-            if entries[0]["n_failures"] is None:  # refused-shift: nothing measured to plot
+        for i, (key, entries) in enumerate(cell_groups(view).items()):
+            if entries[0].n_failures is None:  # refused-shift: nothing measured to plot
                 continue
-            name = f"{stem}_hist_{i}_{_slug(entries[0]['label'])}.png"
+            name = f"{stem}_hist_{i}_{_slug(entries[0].label)}.png"
             fig = histogram(entries)
             fig.savefig(tmp_dir / name)
             images[key] = name
             files[f"hist_{i}"] = out_dir / name
-            if all(e.get("band") for e in entries):  # the band beside the pointwise bound
-                name = f"{stem}_band_{i}_{_slug(entries[0]['label'])}.png"
+            if all(e.band for e in entries):  # the band beside the pointwise bound
+                name = f"{stem}_band_{i}_{_slug(entries[0].label)}.png"
                 band_plot(entries).savefig(tmp_dir / name)
                 band_images[key] = name
                 files[f"band_{i}"] = out_dir / name
-        if card.get("responsiveness"):
+        if view.responsiveness:
             name = f"{stem}_responsiveness.png"
-            responsiveness_plot(card["responsiveness"]).savefig(tmp_dir / name)
+            responsiveness_plot(view.responsiveness).savefig(tmp_dir / name)
             files["responsiveness"] = out_dir / name
-        markdown = to_markdown(card, images, band_images)
+        markdown = to_markdown(view, images, band_images)
         (tmp_dir / f"{stem}.md").write_text(markdown, encoding="utf-8")
         # the same card with its plots embedded: MLflow's artifact viewer shows it whole
         (tmp_dir / f"{stem}.html").write_text(to_html(markdown, tmp_dir), encoding="utf-8")
         # the content is what was sealed above (rendering only reads it): its digest is reused
-        seal(card, {p.name: file_sha256(p) for p in sorted(tmp_dir.iterdir())}, content_digest=content)
-        (tmp_dir / f"{stem}.json").write_text(dumps_indented(card), encoding="utf-8")
+        seal(doc, {p.name: file_sha256(p) for p in sorted(tmp_dir.iterdir())}, content_digest=content)
+        (tmp_dir / f"{stem}.json").write_text(dumps_indented(doc), encoding="utf-8")
         files["json"], files["markdown"] = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
         files["html"] = out_dir / f"{stem}.html"
         for p in tmp_dir.iterdir():
@@ -190,8 +193,9 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_json(doc: dict[str, Any], path: Path) -> None:
-    """Validate and write the card JSON alone, atomically."""
+def write_json(card: RecipeCard | dict[str, Any], path: Path) -> None:
+    """Validate and write the card JSON alone (``card.to_json()``, or a card's JSON), atomically."""
+    doc = card.to_json() if isinstance(card, RecipeCard) else card
     validate(doc)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")

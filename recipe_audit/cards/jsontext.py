@@ -15,10 +15,13 @@ other way, a non-finite number) is left to ``json.dumps``, which then writes or 
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from json.encoder import encode_basestring_ascii
 from operator import itemgetter
 from typing import Any
+
+import numpy as np
 
 BULK_MIN_ITEMS = 32  # shorter lists are left to json.dumps
 INDENT = 2
@@ -28,6 +31,23 @@ _CONSTANT_REPRS = {"None": "null", "True": "true", "False": "false"}
 _NON_FINITE_REPRS = frozenset({"nan", "inf", "-inf"})
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 BULKY = ("reruns", "failed_seeds", "planned_seeds", "unfinished")
+
+
+def json_number(x: Any) -> Any:
+    """A number as a card's JSON holds it: a Python ``bool``, ``int`` or ``float`` (NumPy scalars
+    converted), NaN and infinities as None (null), None as None.
+
+    >>> json_number(np.int64(3)), json_number(float("nan")), json_number(np.bool_(True)), json_number(0.5)
+    (3, None, True, 0.5)
+    """
+    if x is None:
+        return None
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    x = float(x)
+    return x if math.isfinite(x) else None
 
 
 def _encode_column(values: list[Any]) -> list[str] | None:

@@ -3,7 +3,7 @@
 A card is valid only for the audit set it was computed on. Reruns are scored at training time on
 every configured audit set: the calibration audit ``D_P`` (``calibration``), the task's domain
 shifts (``shift_*``: same task, another distribution) and, with ``audit.extra_tasks``, other tasks'
-audit sets (``<task>/<audit set>``: a task shift). :func:`compute_shift_cards` computes the card of
+audit sets (``<task>/<audit set>``: a task shift). :func:`compute_shift_card` computes the card of
 each requested audit set from the same reruns and adds a ``shift`` section that puts them side by
 side per recipe and τ. A recipe that was not scored on an audit set gets ``refused-shift`` there,
 never a verdict carried over from another audit set.
@@ -16,8 +16,8 @@ from dataclasses import replace
 from typing import Any
 
 from recipe_audit import keys
-from recipe_audit.cards.compute import CardRequest, compute_cards
-from recipe_audit.cards.digest import seal
+from recipe_audit.cards.compute import CardRequest, compute_card
+from recipe_audit.cards.document import CardEntry, RecipeCard
 from recipe_audit.cards.model import CardError, CardOptions
 from recipe_audit.cards.tables import md_table
 
@@ -62,7 +62,12 @@ def scored_audit_sets(req: CardRequest) -> list[str]:
 
 
 def compute_shift_cards(req: CardRequest, opts: CardOptions, audits: Sequence[str], **kwargs: Any) -> dict[str, Any]:
-    """One card document holding the cells of every audit set in ``audits`` (the first is the
+    """The JSON of :func:`compute_shift_card` (``RecipeCard.to_json()``)."""
+    return compute_shift_card(req, opts, audits, **kwargs).to_json()
+
+
+def compute_shift_card(req: CardRequest, opts: CardOptions, audits: Sequence[str], **kwargs: Any) -> RecipeCard:
+    """One card holding the cells of every audit set in ``audits`` (the first is the
     calibration audit the others are compared with) and the ``shift`` section. Extra keyword
     arguments (split audit, responsiveness) apply to the first audit set."""
     audits = list(dict.fromkeys(audits))
@@ -71,26 +76,24 @@ def compute_shift_cards(req: CardRequest, opts: CardOptions, audits: Sequence[st
     bad = [a for a in audits if not a or "," in a]
     if bad:
         raise CardError(f"Audit set names must be non-empty and contain no comma, not {bad[0]!r}.")
-    docs = [compute_cards(replace(req, metric=keys.accuracy_key(a)), opts, **(kwargs if i == 0 else {}))
-            for i, a in enumerate(audits)]
-    doc = dict(docs[0])
-    doc["source"] = {**docs[0]["source"], "audits": audits}
-    doc["cells"] = [e for d in docs for e in d["cells"]]
-    doc["shift"] = shift_section(doc["cells"], audits)
-    return seal(doc)
+    cards = [compute_card(replace(req, metric=keys.accuracy_key(a)), opts, **(kwargs if i == 0 else {}))
+             for i, a in enumerate(audits)]
+    cells = tuple(e for c in cards for e in c.cells)
+    return cards[0].updated(source={**cards[0].source, "audits": audits}, cells=cells,
+                            shift=shift_section(cells, audits)).sealed()
 
 
-def shift_section(entries: Sequence[dict[str, Any]], audits: Sequence[str]) -> dict[str, Any]:
+def shift_section(entries: Sequence[CardEntry], audits: Sequence[str]) -> dict[str, Any]:
     """Per recipe cell and τ, each audit set's failures/N, U and verdict, in ``audits`` order."""
     rows: dict[tuple, dict[str, Any]] = {}
     for e in entries:
-        key = (e["recipe_id"], tuple(sorted(e["group"].items())), e["tau"])
-        row = rows.setdefault(key, {"recipe_id": e["recipe_id"], "label": e["label"], "group": e["group"],
-                                    "tau": e["tau"], "audits": []})
+        key = (e.recipe_id, tuple(sorted(e.group.items())), e.tau)
+        row = rows.setdefault(key, {"recipe_id": e.recipe_id, "label": e.label, "group": dict(e.group),
+                                    "tau": e.tau, "audits": []})
         row["audits"].append({
-            "audit_set": e["audit_set"], "shift": shift_kind(e["audit_set"] or "", audits[0]),
-            "n_failures": e["n_failures"], "n_reruns": e["n_reruns"], "upper_bound": e["upper_bound"],
-            "verdict": e["verdict"],
+            "audit_set": e.audit_set, "shift": shift_kind(e.audit_set or "", audits[0]),
+            "n_failures": e.n_failures, "n_reruns": e.n_reruns, "upper_bound": e.upper_bound,
+            "verdict": e.verdict,
         })
     order = {a: i for i, a in enumerate(audits)}
     for row in rows.values():

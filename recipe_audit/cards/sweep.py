@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
-from recipe_audit.cards.compute import CardRequest, compute_cards
+from recipe_audit.cards.compute import CardRequest, compute_card
+from recipe_audit.cards.document import CardEntry, RecipeCard
 from recipe_audit.cards.files import render_files
 from recipe_audit.cards.model import CardOptions
 from recipe_audit.cards.render import GRID_HEADER, cell_groups, rules_table, verdict_table
@@ -15,41 +15,40 @@ from recipe_audit.store import artifacts
 from recipe_audit.store.cards import log_card_runs, ui_experiment_link
 
 
-def story(doc: dict[str, Any]) -> list[str]:
+def story(doc: RecipeCard) -> list[str]:
     """Sentences for the cells where common practice and the card disagree."""
     out = []
-    for e in doc["cells"]:
-        st = e.get("rule_statistics") or {}
-        m = st.get("mean")
+    for e in doc.cells:
+        m = e.rule_statistics.mean if e.rule_statistics else None
         mean = "the mean" + (f" ({m:.3f})" if m is not None else "")
-        if e["rules"]["mean"] and not e["rules"]["card"]:
-            out.append(f"{e['label']} at τ = {e['tau']:g}: {mean} ships; the card does not: {_why_not(e)}.")
-        elif e["rules"]["card"] and not e["rules"]["mean"]:
-            out.append(f"{e['label']} at τ = {e['tau']:g}: the card ships ({e['n_failures']} of {e['n_reruns']} "
-                       f"reruns failed, U = {e['upper_bound']:.3f} ≤ ε = {e['eps']:g}) while {mean} does not.")
-    curtailed = {e["label"]: e["curtailment"] for e in doc["cells"] if (e.get("curtailment") or {}).get("stopped_early")}
+        if e.rules["mean"] and not e.rules["card"]:
+            out.append(f"{e.label} at τ = {e.tau:g}: {mean} ships; the card does not: {_why_not(e)}.")
+        elif e.rules["card"] and not e.rules["mean"]:
+            out.append(f"{e.label} at τ = {e.tau:g}: the card ships ({e.n_failures} of {e.n_reruns} "
+                       f"reruns failed, U = {e.upper_bound:.3f} ≤ ε = {e.eps:g}) while {mean} does not.")
+    curtailed = {e.label: e.curtailment for e in doc.cells if e.curtailment and e.curtailment.stopped_early}
     for label, cur in curtailed.items():  # where the curtailing sweep stopped and why
-        out.append(f"{label}: curtailed after {cur['n_launched']} of {cur['n_planned']} planned reruns; "
-                   f"{cur['sweep_reason']}")
+        out.append(f"{label}: curtailed after {cur.n_launched} of {cur.n_planned} planned reruns; "
+                   f"{cur.sweep_reason}")
     return out
 
 
-def _why_not(e: dict[str, Any]) -> str:
+def _why_not(e: CardEntry) -> str:
     """Why the card does not ship a cell, in one clause: too few reruns, or U above ε."""
-    k, n, u = e["n_failures"], e["n_reruns"], e["upper_bound"]
+    k, n, u = e.n_failures, e.n_reruns, e.upper_bound
     failed = "none failed" if k == 0 else f"{k} failed"
     if u is None or k is None:
-        return e["verdict"]
-    if n < e["sample_floor"]:
-        return (f"{n} reruns are fewer than the {e['sample_floor']} needed to certify anything at "
-                f"ε = {e['eps']:g}, δ = {e['delta']:g} ({failed}; {e['verdict']})")
-    return f"{k} of {n} reruns failed, so U = {u:.3f} > ε = {e['eps']:g} ({e['verdict']})"
+        return e.verdict
+    if n < e.sample_floor:
+        return (f"{n} reruns are fewer than the {e.sample_floor} needed to certify anything at "
+                f"ε = {e.eps:g}, δ = {e.delta:g} ({failed}; {e.verdict})")
+    return f"{k} of {n} reruns failed, so U = {u:.3f} > ε = {e.eps:g} ({e.verdict})"
 
 
-def print_card_summary(doc: dict[str, Any], files: dict[str, Path] | None = None, stream=None) -> None:
+def print_card_summary(doc: RecipeCard, files: dict[str, Path] | None = None, stream=None) -> None:
     stream = stream or sys.stdout
-    print("\nRecipe cards (" + doc["source"]["metric"] + f", ε = {doc['options']['eps']}, "
-          f"δ = {doc['options']['delta']}):", file=stream)
+    print("\nRecipe cards (" + doc.source["metric"] + f", ε = {doc.options['eps']}, "
+          f"δ = {doc.options['delta']}):", file=stream)
     from recipe_audit.cards.anytime import markdown_lines as anytime_lines
     from recipe_audit.cards.family import lead_lines
 
@@ -61,8 +60,8 @@ def print_card_summary(doc: dict[str, Any], files: dict[str, Path] | None = None
         print("Pointwise verdicts (each valid only for a recipe fixed before the sweep):", file=stream)
     print(text_table(verdict_table(doc), GRID_HEADER), file=stream)
     for entries in cell_groups(doc).values():  # every rule, as on the card (refused cells have none)
-        if entries[0].get("rule_statistics") and entries[0]["verdict"] != "refused-shift":
-            label = entries[0]["label"] + f" ({entries[0]['audit_set'] or entries[0]['metric']})"
+        if entries[0].rule_statistics and entries[0].verdict != "refused-shift":
+            label = entries[0].label + f" ({entries[0].audit_set or entries[0].metric})"
             print(f"\nWhat common practice decides on the same reruns, {label}:", file=stream)
             print(text_table(*reversed(rules_table(entries))), file=stream)
     for line in story(doc):
@@ -75,14 +74,14 @@ def print_card_summary(doc: dict[str, Any], files: dict[str, Path] | None = None
 
 
 def cards_for_sweep(sweep, metric: str, opts: CardOptions, sweep_dir: Path | None = None,
-                    stem: str = "card") -> dict[str, Any]:
+                    stem: str = "card") -> RecipeCard:
     """Compute, write and log the card of one sweep on ``metric``; print the verdict table.
     Raises :class:`CardError` (one sentence) when the sweep's reruns cannot make a card."""
     req = CardRequest(experiment=sweep.experiment_name, tracking_uri=sweep.tracking_uri, metric=metric,
                       sweep_id=sweep.sweep_id, planned_seeds=tuple(sweep.planned_seeds))
-    doc = compute_cards(req, opts)
+    doc = compute_card(req, opts)
     files = render_files(doc, (sweep_dir or Path(".")) / stem, stem="card") if sweep_dir else None
-    run_ids = log_card_runs(doc, sweep.tracking_uri, sweep.experiment_name)
+    run_ids = log_card_runs(doc.to_json(), sweep.tracking_uri, sweep.experiment_name)
     print_card_summary(doc, files)
     print(f"Card runs in MLflow: {', '.join(run_ids)}")
     exp_id = artifacts.experiment_id(sweep.tracking_uri, sweep.experiment_name)
@@ -91,19 +90,19 @@ def cards_for_sweep(sweep, metric: str, opts: CardOptions, sweep_dir: Path | Non
     return doc
 
 
-def summary_markdown(docs: list[dict[str, Any]]) -> str:
+def summary_markdown(docs: list[RecipeCard]) -> str:
     """The verdicts of a sweep's cards as a short Markdown table: the sweep run's description."""
     lines = []
     for doc in docs:
-        o = doc["options"]
+        o = doc.options
         from recipe_audit.cards.family import lead_lines
 
         lines += [line for line in lead_lines(doc, markdown=True) if not line.startswith("## ")]
-        lines += [f"**recipe_audit card** on `{doc['source']['metric']}` (ε = {o['eps']:g}, δ = {o['delta']:g})", "",
+        lines += [f"**recipe_audit card** on `{doc.source['metric']}` (ε = {o['eps']:g}, δ = {o['delta']:g})", "",
                   "| recipe | τ | failures / N | U | verdict |", "|---|---|---|---|---|"]
-        for e in doc["cells"]:
-            u = "" if e["upper_bound"] is None else f"{e['upper_bound']:.3f}"
-            lines.append(f"| {str(e['label']).replace('|', '/')} | {e['tau']:g} | {e['n_failures']}/{e['n_reruns']} "
-                         f"| {u} | **{e['verdict']}** |")
+        for e in doc.cells:
+            u = "" if e.upper_bound is None else f"{e.upper_bound:.3f}"
+            lines.append(f"| {str(e.label).replace('|', '/')} | {e.tau:g} | {e.n_failures}/{e.n_reruns} "
+                         f"| {u} | **{e.verdict}** |")
         lines.append("")
     return "\n".join(lines)

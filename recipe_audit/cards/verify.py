@@ -150,9 +150,10 @@ def self_check(doc: dict[str, Any], card: CardFiles | None = None) -> list[Findi
             out.append(Finding(HAND_EDITED, "", "the card's digest does not match its content and files"))
         out += _file_findings(doc, card)
     if doc.get("shift"):
+        from recipe_audit.cards.document import RecipeCard
         from recipe_audit.cards.shift import shift_section
 
-        if shift_section(doc["cells"], doc["shift"]["audits"]) != doc["shift"]:
+        if shift_section(RecipeCard.from_json(doc).cells, doc["shift"]["audits"]) != doc["shift"]:
             out.append(Finding(HAND_EDITED, "", "the card's shift table does not match its cells"))
     for e in doc["cells"]:
         if reruns_digest(e["reruns"]) != e["digest"]:

@@ -14,9 +14,9 @@ from typing import Any
 
 from recipe_audit import keys
 from recipe_audit.cards.digest import seal
+from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.files import render_files
 from recipe_audit.cards.model import CardError
-from recipe_audit.cards.render import cell_groups
 
 TAG_VERDICT = keys.PREFIX + "verdict"
 TAG_CARD_ID = keys.PREFIX + "card_id"
@@ -56,10 +56,18 @@ def log_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str) -> li
     return [c.run_id for c in log_cell_card_runs(doc, tracking_uri, experiment, tag_reruns=False)]
 
 
+def json_cell_groups(doc: dict[str, Any]) -> dict[tuple, list[dict[str, Any]]]:
+    """The entries of a card's JSON grouped by cell (``RecipeCard.cell_groups``), as JSON."""
+    out: dict[tuple, list[dict[str, Any]]] = {}
+    for typed, e in zip(RecipeCard.from_json(doc).cells, doc["cells"], strict=True):
+        out.setdefault(typed.cell_key, []).append(e)
+    return out
+
+
 def cell_documents(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """The card of each cell of ``doc`` (all its τ), sealed: what one card run holds."""
     out = []
-    for entries in cell_groups(doc).values():
+    for entries in json_cell_groups(doc).values():
         cell_doc = {k: v for k, v in doc.items() if k not in ("split_audit", "responsiveness", "shift")}
         cell_doc["cells"] = entries  # the split audit and the shift table are about the other cells too
         out.append(seal(copy.deepcopy(cell_doc)))

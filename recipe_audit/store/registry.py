@@ -398,6 +398,7 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
     the module docstring."""
     from mlflow.exceptions import MlflowException
 
+    from recipe_audit.cards.document import RecipeCard
     from recipe_audit.cards.render import to_markdown
     from recipe_audit.store.cards import log_cell_card_runs
 
@@ -459,13 +460,13 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
                 mv = client.create_model_version(model_name, source, run_id=run_id, model_id=model_id)
             created_version = True
         sub = _sub_document(doc, cells)
-        from recipe_audit.cards.render import cell_groups
+        from recipe_audit.store.cards import json_cell_groups
 
         logged = log_cell_card_runs(sub, tracking_uri, experiment, attached_to=f"{model_name}/{mv.version}")
         card_runs = [c.run_id for c in logged if not c.reused]  # a reused card run is not ours to undo
-        run_of = dict(zip(cell_groups(sub).keys(), logged, strict=True))
+        run_of = dict(zip(json_cell_groups(sub).keys(), logged, strict=True))
         fields_by_stem: dict[str, dict[str, str]] = {}
-        for key, entries in cell_groups(sub).items():
+        for key, entries in json_cell_groups(sub).items():
             rid, cell_digest = run_of[key].run_id, run_of[key].digest
             for e in entries:
                 stem = keys.card_tag_stem(e["audit_set"] or e["metric"], e["tau"])
@@ -481,7 +482,7 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
             old_tags.setdefault(k, current.get(k))
             client.set_model_version_tag(model_name, mv.version, k, v)
         all_cards = attached_cards({**current, **new_tags})
-        latest_md = to_markdown(sub)
+        latest_md = to_markdown(RecipeCard.from_json(sub))
         exp_ids = {experiment: exp.experiment_id}
         for f in all_cards.values():  # cards attached earlier may come from another experiment
             if f.get("experiment") and f["experiment"] not in exp_ids:

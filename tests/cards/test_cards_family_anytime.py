@@ -9,6 +9,7 @@ import pytest
 from helpers.store import synthetic_sweep
 
 from recipe_audit.cards.compute import CardRequest, compute_cards
+from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.files import validate
 from recipe_audit.cards.model import CardError, CardOptions
 from recipe_audit.cards.render import to_markdown
@@ -56,14 +57,14 @@ def test_every_cell_states_the_family_and_both_verdicts(stores):
 
 def test_summary_and_markdown_lead_with_the_family_wise_verdict(stores):
     doc = _card(stores)
-    md = to_markdown(doc)
+    md = to_markdown(RecipeCard.from_json(doc))
     assert md.index("## Family-wise verdicts") < md.index("## Verdicts")
     assert "This card covers 3 recipe identities" in md
     out = io.StringIO()
-    print_card_summary(doc, stream=out)
+    print_card_summary(RecipeCard.from_json(doc), stream=out)
     text = out.getvalue()
     assert text.index("Family-wise verdicts (M = 3") < text.index("Pointwise verdicts")
-    assert summary_markdown([doc]).index("family-wise verdict") < summary_markdown([doc]).index("recipe_audit card")
+    assert summary_markdown([RecipeCard.from_json(doc)]).index("family-wise verdict") < summary_markdown([RecipeCard.from_json(doc)]).index("recipe_audit card")
 
 
 def test_one_recipe_card_has_no_family_unless_stated(stores):
@@ -99,7 +100,7 @@ def test_anytime_card_reads_the_confidence_sequence(stores):
     assert ab.verdict == "unsupported"
     assert e["anytime"]["looks"] == [{"n": 40, "k": 1, "upper": ab.upper, "lower": ab.lower, "verdict": ab.verdict}]
     assert "U_n <= eps" in e["anytime"]["rule"]
-    md = to_markdown(doc)
+    md = to_markdown(RecipeCard.from_json(doc))
     assert "**Anytime card (open-ended sweep).**" in md and md.index("Anytime card") < md.index("| τ | failures/N")
 
 

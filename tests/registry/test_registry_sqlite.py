@@ -399,9 +399,10 @@ def test_attach_refuses_a_card_that_does_not_verify(copy, capsys):
     i = next(i for i, e in enumerate(card["cells"]) if e["recipe_id"] == GOOD and e["audit_set"] == "shift_x")
     redigested = json.loads(json.dumps(card))
     redigested["cells"][i]["verdict"] = "release-supported"  # and the shift table to match, re-digested
+    from recipe_audit.cards.document import RecipeCard
     from recipe_audit.cards.shift import shift_section
 
-    redigested["shift"] = shift_section(redigested["cells"], redigested["shift"]["audits"])
+    redigested["shift"] = shift_section(RecipeCard.from_json(redigested).cells, redigested["shift"]["audits"])
     (tmp / "redigested.json").write_text(json.dumps(seal(redigested)))
     summary = json.loads(json.dumps(card))
     summary["cells"][0]["recipe_summary"] = "tested by QA"
