@@ -166,7 +166,7 @@ def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[f
     >>> tmp.cleanup()
     """
     from recipe_audit import keys
-    from recipe_audit.cards.compute import CardRequest, compute_card
+    from recipe_audit.release.compute import CardRequest, compute_card
     from recipe_audit.store.tracking import resolve_tracking_uri
 
     opts = _options(taus, eps, delta, higher_is_better, unfinished)

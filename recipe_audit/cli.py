@@ -199,10 +199,10 @@ def cmd_card(a: argparse.Namespace) -> int:
     uri = resolve_tracking_uri(a.tracking_uri)
     check.tracking_uri(uri, will_log=a.log_run)
 
-    from recipe_audit.cards.compute import CardRequest, compute_card
     from recipe_audit.cards.files import render_files, write_json
     from recipe_audit.cards.model import CardOptions
-    from recipe_audit.cards.sweep import print_card_summary
+    from recipe_audit.cards.summary import print_card_summary
+    from recipe_audit.release.compute import CardRequest, compute_card
     from recipe_audit.store.cards import log_cell_card_runs
 
     opts = CardOptions.from_config(taus=taus, eps=a.eps, delta=a.delta,
@@ -213,7 +213,7 @@ def cmd_card(a: argparse.Namespace) -> int:
                       group_by=tuple(a.group_by), recipe_id=a.recipe_id, sweep_id=a.sweep_id,
                       planned_seeds=planned)
     if shift:  # one card per audit set, side by side
-        from recipe_audit.cards.shift import compute_shift_card, scored_audit_sets
+        from recipe_audit.release.shift import compute_shift_card, scored_audit_sets
 
         if a.all_audits:
             audits = [*audits, *(x for x in scored_audit_sets(req) if x not in audits)]
@@ -221,7 +221,7 @@ def cmd_card(a: argparse.Namespace) -> int:
     # what only the store knows: one read (for one metric, the read the card itself is computed from)
     frame = None
     if not shift:
-        from recipe_audit.cards.compute import read_card_runs
+        from recipe_audit.release.compute import read_card_runs
 
         frame = read_card_runs(req)
     notes = check.store(uri, a.experiment_name, metrics, seed_key=a.seed_key, group_by=a.group_by, taus=taus,

@@ -90,9 +90,9 @@ def test_card_of_an_open_ended_sweep_is_an_anytime_card_ci(tmp_path, store):
     from helpers.store import synthetic_sweep
     from mlflow.tracking import MlflowClient
 
-    from recipe_audit.cards.compute import CardRequest, compute_cards
     from recipe_audit.cards.files import validate
     from recipe_audit.cards.model import CardError, CardOptions
+    from recipe_audit.release.compute import CardRequest, compute_cards
 
     sw = _sweeper(tmp_path, lambda ov: {"calibration": 0.5 if _fails(int(ov["seed"])) else 0.9}, max_reruns=40)
     sw.sweep(["seed=range(40)"])

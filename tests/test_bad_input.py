@@ -215,7 +215,7 @@ def places(tmp_path_factory):
     os.chmod(ro, 0o444)
     immutable = bool(shutil.which("chattr")) and subprocess.run(["chattr", "+i", str(ro)],
                                                                  capture_output=True).returncode == 0
-    import recipe_audit.cards.compute  # noqa: F401 - import once here, not inside the first timed case
+    import recipe_audit.release.compute  # noqa: F401 - import once here, not inside the first timed case
 
     try:
         yield {"uri": uri, "ro_uri": f"sqlite:///{ro}", "ro": ro, "tmp": str(tmp), "file": str(afile),

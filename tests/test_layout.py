@@ -7,6 +7,8 @@ stats -> cards -> store / registry, with one door to each framework.
 * ``recipe_audit.store`` is the only importer of MLflow and SQLAlchemy;
 * ``recipe_audit.stats`` imports the standard library, NumPy and SciPy only;
 * ``recipe_audit.cards`` and ``recipe_audit.stats`` import no training code (torch & co.);
+* ``recipe_audit.cards`` builds, renders and checks cards from data it is given: it does not read
+  the store (``recipe_audit.release`` computes cards from the store, on top of both);
 * no two modules import each other, directly or through others.
 """
 
@@ -94,6 +96,13 @@ def test_stats_is_numpy_and_scipy_only():
 def test_cards_and_stats_import_no_training_code():
     bad = _offenders(tuple(n for n in MODULES if not _in(n, "recipe_audit.cards", "recipe_audit.stats")),
                      lambda m: _top(m) in TRAINING or _in(m, "recipe_audit.train", "recipe_audit.app"))
+    assert bad == []
+
+
+def test_cards_do_not_read_the_store():
+    rooms = ("recipe_audit.store", "recipe_audit.release", "recipe_audit.app")
+    bad = [f"{name}:{line} imports {mod}" for name, found in IMPORTS.items() if _in(name, "recipe_audit.cards")
+           for mod, line in found if _in(mod, *rooms)]
     assert bad == []
 
 

@@ -16,13 +16,13 @@ from recipe_audit import config as C
 from recipe_audit import keys
 from recipe_audit.app import task_configs as T
 from recipe_audit.app.schema import register_configs
-from recipe_audit.cards.compute import CardRequest, compute_cards
 from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.files import validate
 from recipe_audit.cards.model import CardOptions
 from recipe_audit.cards.render import to_markdown
-from recipe_audit.cards.shift import compute_shift_cards, scored_audit_sets
 from recipe_audit.cli import main
+from recipe_audit.release.compute import CardRequest, compute_cards
+from recipe_audit.release.shift import compute_shift_cards, scored_audit_sets
 from recipe_audit.store import tracking
 from recipe_audit.train import shift as S
 from recipe_audit.train.loop import AuditScore, prepare_task

@@ -376,7 +376,8 @@ class RecipeAuditCallback(Callback):
 
     def _cards(self, sweep, config: DictConfig) -> None:
         from recipe_audit.cards.model import CardError
-        from recipe_audit.cards.sweep import cards_for_sweep, summary_markdown
+        from recipe_audit.cards.summary import summary_markdown
+        from recipe_audit.release.sweep import cards_for_sweep
         from recipe_audit.store import tracking
 
         opts = self.card_options(config)

@@ -129,7 +129,7 @@ def cmd_gate(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from recipe_audit.cards.verify import verify_card
+    from recipe_audit.release.verify import verify_card
     from recipe_audit.store.card_files import read_card
     from recipe_audit.store.tracking import resolve_tracking_uri
 

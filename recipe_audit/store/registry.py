@@ -361,7 +361,8 @@ def check_card(doc: dict[str, Any], cells: Sequence[dict[str, Any]], tracking_ur
     """Raise :class:`RegistryError` (one sentence) unless the card matches its own content (its
     digest, and the files beside it when ``card``, a ``cards.verify.CardFiles``, says where it was
     read from) and the ``cells`` to attach recompute from the tracking store."""
-    from recipe_audit.cards.verify import self_check, verify_card
+    from recipe_audit.cards.verify import self_check
+    from recipe_audit.release.verify import verify_card
 
     own = self_check(doc, card)
     if own:
@@ -616,7 +617,8 @@ def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alia
     was fixed before the sweep (the others were not candidates). A card whose family does not
     include its own recipe raises ``RegistryError``."""
     from recipe_audit.cards.model import CardError
-    from recipe_audit.cards.verify import cell_key, verify_card
+    from recipe_audit.cards.verify import cell_key
+    from recipe_audit.release.verify import verify_card
     from recipe_audit.store.card_files import read_card
 
     client = client_for(tracking_uri)

@@ -9,9 +9,9 @@ import pytest
 from helpers.store import synthetic_sweep
 from scipy import stats as sps
 
-from recipe_audit.cards.compute import CardRequest, compute_cards
 from recipe_audit.cards.files import render_files, validate
 from recipe_audit.cards.model import CardError, CardOptions
+from recipe_audit.release.compute import CardRequest, compute_cards
 from recipe_audit.store.cards import log_card_runs
 
 # 59 seeds: 52 in the working mode, 7 collapsed to the majority rate

@@ -10,9 +10,9 @@ from helpers.store import synthetic_sweep
 
 from recipe_audit import keys, stats
 from recipe_audit.cards.build import build_document
-from recipe_audit.cards.compute import CardRequest, compute_cards
 from recipe_audit.cards.files import render_files, validate
 from recipe_audit.cards.model import CardOptions, Cell
+from recipe_audit.release.compute import CardRequest, compute_cards
 
 
 def _card(uri, **kw):

@@ -8,12 +8,12 @@ import io
 import pytest
 from helpers.store import synthetic_sweep
 
-from recipe_audit.cards.compute import CardRequest, compute_cards
 from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.files import validate
 from recipe_audit.cards.model import CardError, CardOptions
 from recipe_audit.cards.render import to_markdown
-from recipe_audit.cards.sweep import print_card_summary, summary_markdown
+from recipe_audit.cards.summary import print_card_summary, summary_markdown
+from recipe_audit.release.compute import CardRequest, compute_cards
 from recipe_audit.stats import anytime_bound, family_bounds, tail_bound
 
 
@@ -112,7 +112,7 @@ def test_anytime_and_fixed_n_cards_differ_on_the_same_reruns(stores):
 
 
 def test_family_and_anytime_cards_verify_against_the_store(stores):
-    from recipe_audit.cards.verify import verify_card
+    from recipe_audit.release.verify import verify_card
 
     for opts in (CardOptions(taus=(0.7,)), CardOptions(taus=(0.7,), anytime=True, family_size=4)):
         doc = _card(stores, opts=opts)

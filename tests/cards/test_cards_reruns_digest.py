@@ -10,11 +10,12 @@ import pytest
 from helpers.store import synthetic_sweep
 from scipy import stats as sps
 
-from recipe_audit.cards.compute import CardRequest, compute_cards
 from recipe_audit.cards.digest import content_digest, document_digest, legacy_document_digest, seal
 from recipe_audit.cards.files import file_sha256, render_files, validate
 from recipe_audit.cards.model import DIGEST_SCHEME, CardOptions
-from recipe_audit.cards.verify import self_check, verify_card
+from recipe_audit.cards.verify import self_check
+from recipe_audit.release.compute import CardRequest, compute_cards
+from recipe_audit.release.verify import verify_card
 from recipe_audit.store.card_files import read_card
 
 

@@ -11,7 +11,7 @@ from recipe_audit.cards.build import build_document
 from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.model import CardOptions, Cell
 from recipe_audit.cards.render import RULE_LABELS, to_markdown
-from recipe_audit.cards.sweep import print_card_summary, story
+from recipe_audit.cards.summary import print_card_summary, story
 
 
 def _cell(values, recipe_id="a" * 16) -> Cell:

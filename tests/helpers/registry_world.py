@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from recipe_audit.cards.compute import CardRequest
 from recipe_audit.cards.files import write_json
 from recipe_audit.cards.model import CardOptions
-from recipe_audit.cards.shift import compute_shift_cards
+from recipe_audit.release.compute import CardRequest
+from recipe_audit.release.shift import compute_shift_cards
 from recipe_audit.store import tracking
 from recipe_audit.train.loop import AuditScore
 

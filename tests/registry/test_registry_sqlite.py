@@ -298,9 +298,9 @@ def _artifact_dir(client, run_id):
 
 
 def _card_file(uri, path, recipe_id, eps=0.1, delta=0.1, taus=(0.7,)):
-    from recipe_audit.cards.compute import CardRequest, compute_cards
     from recipe_audit.cards.files import write_json
     from recipe_audit.cards.model import CardOptions
+    from recipe_audit.release.compute import CardRequest, compute_cards
 
     doc = compute_cards(CardRequest(experiment=EXP, tracking_uri=uri, recipe_id=recipe_id),
                         CardOptions(taus=taus, eps=eps, delta=delta))
@@ -499,9 +499,9 @@ def test_attach_records_the_family_and_the_gate_reads_the_family_wise_verdict(co
     gate passes GOOD on the family-wise verdict (29 clean reruns, the floor at δ/2). A card that
     states a family of 10 (floor 44) is release-supported pointwise only: the gate refuses it by
     default and passes it with --pointwise (a recipe fixed before the sweep)."""
-    from recipe_audit.cards.compute import CardRequest, compute_cards
     from recipe_audit.cards.files import write_json
     from recipe_audit.cards.model import CardOptions
+    from recipe_audit.release.compute import CardRequest, compute_cards
 
     world, uri, tmp = copy
     assert _attach_from_run(uri, world, capsys)[0] == 0
