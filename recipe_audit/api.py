@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from recipe_audit.cards.document import RecipeCard
+    from recipe_audit.release.registry import AttachResult, GateResult
     from recipe_audit.stats.exact import TailBound
-    from recipe_audit.store.registry import AttachResult, GateResult
 
 __all__ = ["Card", "attach", "bound", "card", "card_from_runs", "gate", "verdict"]
 
@@ -268,7 +268,7 @@ def attach(model_name: str, card: Card | dict[str, Any] | str | Path, *, version
     rerun ``run_id`` logged as a new version first (``recipe-audit attach``). The card must verify
     against the tracking store; ``audits``, ``taus`` and ``recipe_id`` narrow the cells attached.
     Returns what was attached (``.version``, ``.cards``, ``.card_run_ids``)."""
-    from recipe_audit.store.registry import attach as _attach
+    from recipe_audit.release.registry import attach as _attach
 
     uri = _uri(tracking_uri)
     files = None
@@ -291,7 +291,7 @@ def gate(model_name: str, *, version: str | int | None = None, alias: str | None
     computed within the release policy (ε ≤ ``max_eps``, δ ≤ ``max_delta``; default: the
     registered model's policy tags, else 0.1 each), that still verifies against the tracking
     store. ``.outcome`` and ``.message`` say why not."""
-    from recipe_audit.store.registry import gate as _gate
+    from recipe_audit.release.registry import gate as _gate
 
     return _gate(_uri(tracking_uri), model_name, version=None if version is None else str(version), alias=alias,
                  audit=audit, tau=tau, max_eps=max_eps, max_delta=max_delta)

@@ -106,6 +106,14 @@ def test_cards_do_not_read_the_store():
     assert bad == []
 
 
+def test_the_store_is_below_release_and_app():
+    """The store reads and writes; the decisions made on what it holds (``release``) and the Hydra
+    app sit above it."""
+    bad = [f"{name}:{line} imports {mod}" for name, found in IMPORTS.items() if _in(name, "recipe_audit.store")
+           for mod, line in found if _in(mod, "recipe_audit.release", "recipe_audit.app")]
+    assert bad == []
+
+
 def _cycles() -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan, iterative)."""
     graph = defaultdict(set)

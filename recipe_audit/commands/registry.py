@@ -90,8 +90,8 @@ def register(subparsers) -> dict:
 
 
 def cmd_attach(a: argparse.Namespace) -> int:
+    from recipe_audit.release.registry import attach
     from recipe_audit.store.card_files import read_card
-    from recipe_audit.store.registry import attach
 
     uri = _open(a.tracking_uri)
     card = read_card(a.card, uri)
@@ -113,7 +113,7 @@ def cmd_attach(a: argparse.Namespace) -> int:
 
 
 def cmd_gate(a: argparse.Namespace) -> int:
-    from recipe_audit.store.registry import gate
+    from recipe_audit.release.registry import gate
 
     uri = _open(a.tracking_uri)
     res = gate(uri, a.model_name, version=a.version, alias=a.alias, audit=a.audit, tau=a.tau,

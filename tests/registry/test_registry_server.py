@@ -19,7 +19,7 @@ from helpers.registry_world import make_world
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from recipe_audit.store import registry
+from recipe_audit.release import registry
 
 
 def _free_port() -> int:

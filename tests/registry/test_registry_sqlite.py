@@ -13,7 +13,8 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from recipe_audit import keys
-from recipe_audit.store import registry
+from recipe_audit.release import registry
+from recipe_audit.store.registry import ModelRegistry
 from recipe_audit.store.tracking import use_tracking_uri
 
 
@@ -478,7 +479,7 @@ def test_a_card_of_the_users_own_metric_gates_without_audit(copy, capsys):
         client.log_batch(rid, metrics=[Metric("val_acc", 0.9, 0, 0)], params=[Param("seed", str(s))])
         client.set_terminated(rid, "FINISHED")
         runs.append(rid)
-    source, _, _ = registry.logged_model_uri(client, world.runs[("good", 0)])
+    source, _, _ = ModelRegistry(uri).logged_model(world.runs[("good", 0)])
     client.create_registered_model("byo-clf")
     with use_tracking_uri(uri):
         client.create_model_version("byo-clf", source, run_id=runs[0])

@@ -1,0 +1,615 @@
+"""Recipe cards on registered model versions, and the release gate (``recipe-audit attach`` /
+``gate``).
+
+A card is useful where the release decision is made: on the registered model version, in the
+pipeline that promotes it. :func:`attach` puts cards on a version of the MLflow model registry;
+:func:`gate` decides from them whether that version may be released.
+
+Where things live (a model version has no artifact store of its own):
+
+- the card itself: :func:`attach` logs each attached cell as an MLflow *card run* (kind ``card``,
+  in the card's experiment, tagged ``recipe_audit.attached_to = <model>/<version>``) with
+  ``card.json``, ``card.md`` and the histogram as artifacts, exactly as ``recipe-audit card``
+  logs cards; the version's tag ``...card_uri`` records ``runs:/<card run id>/card.json``;
+- the version's tags, one group per card, keyed by audit set and τ
+  (:func:`recipe_audit.keys.card_tag_stem`): ``recipe_audit.card.<audit set>.tau_<τ>.<field>``
+  for every field of :data:`CARD_FIELDS` (verdict, upper bound, N, k, τ, ε, δ, audit set, recipe
+  identity and summary, card location and digests); several cards (audit sets, τ) sit side by
+  side and attaching the same (audit set, τ) again replaces that card; the version also gets
+  ``recipe_audit.recipe_id`` (its source run's recipe identity);
+- one summary tag per card, named by the stem alone (``recipe_audit.card.<audit set>.tau_<τ>``,
+  e.g. ``release-supported · 0/59 failed τ 0.7 · U 0.038 ≤ ε 0.1``), first among that card's tags;
+- the version's description: the verdict table of every attached card (plain Markdown, each row
+  with a link to its card run in the MLflow UI), a link to the card run of the card attached last,
+  then that card's Markdown (as many of its sections as fit MLflow's 5,000-character column);
+  text a person wrote above the table is kept.
+
+Everything is checked before anything is written (the model, version or run, the card's cell for
+the version's recipe, and the card itself: its digest over its content and files, and its cells
+recomputed from the tracking store, :func:`check_card`); a failure while writing undoes what this
+call wrote (the version it registered, the tags and description it changed, the card runs it
+logged): nothing is left half-attached.
+
+The gate passes a version only on cards computed within the release policy (:func:`release_policy`:
+the largest ε and δ a card may have, from flags, else the registered model's tags
+``recipe_audit.policy.max_eps`` / ``max_delta``, else 0.1 each).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from recipe_audit import keys, stats
+from recipe_audit.errors import first_line
+from recipe_audit.store.registry import ModelRegistry, RegistryError
+
+CARD_FIELDS = ("verdict", "upper_bound", "lower_bound", "n_reruns", "n_failures", "tau", "eps", "delta",
+               "audit_set", "metric", "recipe_id", "recipe", "reason", "card_uri", "card_digest",
+               "reruns_digest", "experiment", "source_run_in_card", "attached", "reading", "family_size",
+               "family_verdict", "family_upper_bound", "family_members")
+TAG_ATTACHED_TO = keys.PREFIX + "attached_to"
+# descriptions written before the cards' section began with its table kept their section after this line
+DESCRIPTION_MARKER = "<!-- recipe_audit cards: written by recipe-audit attach; text above this line is kept -->"
+# the first column's header is also what the model's versions table shows of the description (its
+# first 32 characters, as plain text): "| recipe cards (audit set) | τ |"
+DESCRIPTION_COLUMNS = ("recipe cards (audit set)", "τ", "verdict", "failures/N", "U", "ε", "δ", "card")
+DESCRIPTION_HEADER = "| " + " | ".join(DESCRIPTION_COLUMNS) + " |"  # the section starts here
+MAX_DESCRIPTION = 5000  # MLflow's model_versions.description column
+
+# gate outcomes
+PASS = "pass"
+NO_CARD = "no-card"
+REFUSED_SHIFT = "refused-shift"
+UNSUPPORTED = "unsupported"
+INSUFFICIENT = "insufficient-evidence"
+STALE = "card-does-not-verify"
+LOOSER_THAN_POLICY = "looser-than-policy"
+
+# the release policy: the loosest ε and δ a card may be computed at and still pass the gate
+DEFAULT_MAX_EPS = 0.10
+DEFAULT_MAX_DELTA = 0.10
+TAG_POLICY_MAX_EPS = keys.PREFIX + "policy.max_eps"  # tags on the registered model
+TAG_POLICY_MAX_DELTA = keys.PREFIX + "policy.max_delta"
+
+
+# ------------------------------------------------------------------------------------------
+# Selecting the card's cells for a version
+# ------------------------------------------------------------------------------------------
+
+
+def select_cells(doc: dict[str, Any], source_run_id: str | None, run_recipe_id: str | None, *,
+                 audits: Sequence[str] = (), taus: Sequence[float] = (), recipe_id: str | None = None,
+                 where: str = "the version") -> list[dict[str, Any]]:
+    """The entries of ``doc`` to attach to a version whose source run is ``source_run_id`` (of
+    recipe ``run_recipe_id``): the cells whose reruns include that run, else the cells of its
+    recipe; narrowed by ``audits``, ``taus`` and ``recipe_id``. ``RegistryError`` when the card
+    holds no such cell (another recipe, audit set or τ) or several cells would share one tag."""
+    cells = list(doc["cells"])
+    recipes = sorted({str(e["recipe_id"]) for e in cells})
+    if recipe_id is not None:
+        if run_recipe_id is not None and recipe_id != run_recipe_id:
+            raise RegistryError(f"--recipe-id {recipe_id} is not the recipe of {where} ({run_recipe_id}).")
+        cells = [e for e in cells if e["recipe_id"] == recipe_id]
+        if not cells:
+            raise RegistryError(f"The card holds no cell of recipe {recipe_id} (it holds {', '.join(recipes)}).")
+    elif source_run_id is not None:
+        with_run = [e for e in cells if any(r["run_id"] == source_run_id for r in e["reruns"])]
+        same_recipe = [e for e in cells if run_recipe_id is not None and e["recipe_id"] == run_recipe_id]
+        cells = with_run or same_recipe
+        if not cells:
+            raise RegistryError(
+                f"The card is of recipe {', '.join(recipes)}, not of {where}, whose source run {source_run_id} "
+                f"is of recipe {run_recipe_id or 'unknown'} and is not among the card's reruns.")
+    elif len({e["recipe_id"] for e in cells}) > 1:
+        raise RegistryError(f"{where[0].upper() + where[1:]} has no source run, and the card holds several recipes; "
+                            f"choose one with --recipe-id.")
+    if audits:
+        have = sorted({str(e["audit_set"]) for e in cells})
+        cells = [e for e in cells if e["audit_set"] in set(audits)]
+        if not cells:
+            raise RegistryError(f"The card holds no cell for audit set(s) {', '.join(audits)} of this recipe "
+                                f"(it holds {', '.join(have)}).")
+    if taus:
+        have_t = sorted({e["tau"] for e in cells})
+        cells = [e for e in cells if any(math.isclose(e["tau"], t, rel_tol=0, abs_tol=1e-12) for t in taus)]
+        if not cells:
+            raise RegistryError(f"The card holds no cell at τ = {', '.join(f'{t:g}' for t in taus)} for this recipe "
+                                f"(it holds τ = {', '.join(f'{t:g}' for t in have_t)}).")
+    stems: dict[str, dict] = {}
+    for e in cells:
+        stem = keys.card_tag_stem(e["audit_set"] or e["metric"], e["tau"])
+        if stem in stems:
+            raise RegistryError(f"The card holds several cells for audit set {e['audit_set']} at τ = {e['tau']:g} "
+                                f"(groups {stems[stem]['group']} and {e['group']}); choose one with --recipe-id.")
+        stems[stem] = e
+    return cells
+
+
+# ------------------------------------------------------------------------------------------
+# Attaching
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttachResult:
+    model_name: str
+    version: str
+    registered: bool  # a new version was registered from the run
+    cards: tuple[dict[str, str], ...]  # the fields of each attached card
+    card_run_ids: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model_name": self.model_name, "version": self.version, "registered": self.registered,
+                "cards": list(self.cards), "card_run_ids": list(self.card_run_ids)}
+
+
+def _card_fields(e: dict[str, Any], card_uri: str, card_digest: str, source_run_id: str | None,
+                 experiment: str) -> dict[str, str]:
+    def num(x):
+        return "" if x is None else repr(float(x)) if isinstance(x, float) else str(x)
+
+    return {
+        "verdict": e["verdict"], "upper_bound": num(e["upper_bound"]), "lower_bound": num(e["lower_bound"]),
+        "n_reruns": str(e["n_reruns"]), "n_failures": num(e["n_failures"]), "tau": repr(float(e["tau"])),
+        "eps": repr(float(e["eps"])), "delta": repr(float(e["delta"])), "audit_set": e["audit_set"] or e["metric"],
+        "metric": e["metric"], "recipe_id": str(e["recipe_id"] or ""), "recipe": e.get("recipe_summary") or "",
+        "reason": e["reason"], "card_uri": card_uri, "card_digest": card_digest, "reruns_digest": e["digest"],
+        "experiment": experiment,
+        "source_run_in_card": str(any(r["run_id"] == source_run_id for r in e["reruns"])).lower()
+        if source_run_id else "false",
+        "attached": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **_family_fields(e, num),
+    }
+
+
+def _family_fields(e: dict[str, Any], num) -> dict[str, str]:
+    """The family a cell was chosen from, as tags: its size M, the family-wise verdict and bound
+    and the recipe identities counted (a card of one recipe: M = 1, the pointwise reading)."""
+    fam = e.get("family")
+    if not fam:
+        return {"reading": e.get("reading") or "fixed-n", "family_size": "1", "family_verdict": e["verdict"],
+                "family_upper_bound": num(e["upper_bound"]), "family_members": str(e["recipe_id"] or "")}
+    members = ",".join(str(x) for x in fam.get("recipe_ids") or [] if x)
+    if len(members) > 4000:  # MLflow's tag values end at 8,000 characters; the card holds the whole family
+        members = members[:4000].rsplit(",", 1)[0] + ",..."
+    return {"reading": e.get("reading") or "fixed-n", "family_size": str(fam["size"]),
+            "family_verdict": fam["verdict"], "family_upper_bound": num(fam["upper_bound"]),
+            "family_members": members}
+
+
+def family_includes(f: dict[str, str]) -> bool:
+    """Whether an attached card's family includes the card's own recipe (a card attached before
+    families were recorded has no family: it is its own)."""
+    members = [m for m in (f.get("family_members") or "").split(",") if m and m != "..."]
+    rid = f.get("recipe_id") or ""
+    return not members or not rid or rid in members or (f.get("family_members") or "").endswith(",...")
+
+
+def attached_cards(tags: dict[str, str]) -> dict[str, dict[str, str]]:
+    """The cards on a version, from its tags: card tag stem -> {field: value}."""
+    out: dict[str, dict[str, str]] = {}
+    for k, v in tags.items():
+        if k.startswith(keys.CARD_TAG_PREFIX) and "." in k[len(keys.CARD_TAG_PREFIX):]:
+            stem, _, name = k.rpartition(".")
+            if name in CARD_FIELDS:
+                out.setdefault(stem, {})[name] = v
+    return {s: f for s, f in out.items() if "verdict" in f and "audit_set" in f and "tau" in f}
+
+
+def summary_tag(f: dict[str, str]) -> str:
+    """One attached card in a line, the value of its summary tag (the tag named by the card's tag
+    stem alone, which sorts first among its tags): ``release-supported · 0/59 failed τ 0.7 · U
+    0.038 ≤ ε 0.1``."""
+    if not f.get("upper_bound"):
+        return f"{f['verdict']} · {f.get('reason', '')}"[:250]
+    u, eps = float(f["upper_bound"]), float(f["eps"])
+    return (f"{f['verdict']} · {f.get('n_failures') or 0}/{f['n_reruns']} failed τ {float(f['tau']):g} · "
+            f"U {u:.3f} {'≤' if u <= eps else '>'} ε {eps:g}")
+
+
+def card_run_link(card_uri: str, experiment_id: str | None) -> str:
+    """A link to a card run's page in the MLflow UI, relative to the UI's own address (so it works
+    on any host the UI is served from): its artifacts, opened on ``card.html``, in the UI's
+    model-training view (see ``cards.store.ui_experiment_path``)."""
+    run_id = card_uri.removeprefix("runs:/").split("/", 1)[0]
+    if not experiment_id:
+        return ""
+    return f"#/experiments/{experiment_id}/runs/{run_id}/artifacts/card.html?workflowType=machine_learning"
+
+
+def _find_section(previous: str) -> int:
+    """Where the cards' section starts in a description written earlier (len when it has none)."""
+    for mark in (DESCRIPTION_HEADER, DESCRIPTION_MARKER):
+        i = previous.find(mark)
+        if i >= 0:
+            return i
+    return len(previous)
+
+
+def _description(previous: str | None, cards: dict[str, dict[str, str]], latest_md: str, latest_uri: str,
+                 links: dict[str, str] | None = None) -> str:
+    """The version's description: the text a person wrote above the cards' section, kept; then the
+    verdict table of every attached card (plain Markdown: it begins with the table's header,
+    which is also how a later attach finds the section), a link to the card run of the card
+    attached last, and that card's Markdown when it fits MLflow's 5,000 characters (else as many
+    of its sections as fit, and where the rest is)."""
+    links = links or {}
+    previous = previous or ""
+    kept = previous[:_find_section(previous)].rstrip()
+    rows = []
+    for f in sorted(cards.values(), key=lambda f: (f["audit_set"] != keys.DEFAULT_AUDIT, f["audit_set"],
+                                                    float(f["tau"]))):
+        u = "—" if not f.get("upper_bound") else f"{float(f['upper_bound']):.3f}"
+        k = f.get("n_failures") or "—"
+        link = links.get(f["card_uri"])
+        run = f"[card run]({link})" if link else f"`{f['card_uri']}`"
+        rows.append([f"`{f['audit_set']}`", f"{float(f['tau']):g}", f"**{f['verdict']}**", f"{k}/{f['n_reruns']}",
+                     u, f"{float(f['eps']):g}", f"{float(f['delta']):g}", run])
+    lines = [DESCRIPTION_HEADER, "|" + "|".join("---" for _ in DESCRIPTION_COLUMNS) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    link = links.get(latest_uri)
+    where = f"[the card run in MLflow]({link}) (`{latest_uri}`)" if link else f"`{latest_uri}`"
+    head = "\n\n".join(p for p in [kept, "\n".join(lines),
+                                   f"The card attached last, with its plots: {where}."] if p)
+    full = head + "\n\n" + latest_md
+    if len(full) <= MAX_DESCRIPTION:
+        return full
+    note = "\n\n(The rest of this card: `card.html` and `card.md` in its card run.)"
+    sections = latest_md.split("\n## ")
+    out = head + "\n\n" + sections[0]
+    if len(out) + len(note) > MAX_DESCRIPTION:
+        return (head + note)[:MAX_DESCRIPTION]
+    for sec in sections[1:]:
+        if len(out) + len(sec) + 4 + len(note) > MAX_DESCRIPTION:
+            break
+        out += "\n## " + sec
+    return out + note
+
+
+def check_card(doc: dict[str, Any], cells: Sequence[dict[str, Any]], tracking_uri: str, card=None) -> None:
+    """Raise :class:`RegistryError` (one sentence) unless the card matches its own content (its
+    digest, and the files beside it when ``card``, a ``cards.verify.CardFiles``, says where it was
+    read from) and the ``cells`` to attach recompute from the tracking store."""
+    from recipe_audit.cards.verify import self_check
+    from recipe_audit.release.verify import verify_card
+
+    own = self_check(doc, card)
+    if own:
+        f = own[0]
+        raise RegistryError(f"The card was not attached: it does not verify ({f.kind}: {f.message}).")
+    sub = _sub_document(doc, cells)
+    ver = verify_card(sub, tracking_uri)
+    if not ver.ok:
+        f = ver.findings[0]
+        more = f" (and {len(ver.findings) - 1} more difference(s))" if len(ver.findings) > 1 else ""
+        raise RegistryError(f"The card was not attached: it does not recompute from the tracking store "
+                            f"({f.kind}: {f.message}{more}).")
+
+
+def _sub_document(doc: dict[str, Any], cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The card of ``cells`` alone, sealed (the split audit, responsiveness and shift table are
+    about the other cells too)."""
+    import copy
+
+    from recipe_audit.cards.digest import seal
+
+    sub = {k: v for k, v in doc.items() if k not in ("split_audit", "responsiveness", "shift")}
+    sub["cells"] = list(cells)
+    return seal(copy.deepcopy(sub))
+
+
+def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: str | None = None,
+           run_id: str | None = None, audits: Sequence[str] = (), taus: Sequence[float] = (),
+           recipe_id: str | None = None, set_alias: str | None = None, card=None) -> AttachResult:
+    """Attach the card ``doc`` (validated) to version ``version`` of ``model_name``, or to a new
+    version registered from the model rerun ``run_id`` logged. The card must verify first (its
+    digest over its content and, with ``card`` (a ``cards.verify.CardFiles``), the files beside
+    it; its cells recomputed from the store): else ``RegistryError`` and nothing is written. See
+    the module docstring."""
+    from recipe_audit.cards.document import RecipeCard
+    from recipe_audit.cards.render import to_markdown
+    from recipe_audit.store.cards import log_cell_card_runs
+
+    if (version is None) == (run_id is None):
+        raise RegistryError("Name the model version with --version or register one with --run-id (one of them).")
+    reg = ModelRegistry(tracking_uri)
+    experiment = doc["source"].get("experiment")
+    # ---- everything is checked before anything is written
+    if run_id is not None:
+        source, model_id, run = reg.logged_model(run_id)
+        source_run_id, where = run_id, f"run {run_id}"
+        existing = reg.model_or_none(model_name)
+        mv = None
+    else:
+        mv = reg.version(model_name, version=version)
+        existing = True
+        source_run_id, where = mv.run_id or None, f"version {mv.version} of '{model_name}'"
+        run = reg.run_or_none(source_run_id) if source_run_id else None
+    run_recipe = run.data.tags.get(keys.TAG_RECIPE_ID) if run is not None else None
+    cells = select_cells(doc, source_run_id, run_recipe, audits=audits, taus=taus, recipe_id=recipe_id,
+                         where=where)
+    exp = reg.experiment_or_none(experiment) if experiment else None
+    if exp is None:
+        raise RegistryError(f"The card's experiment '{experiment}' is not in the tracking store {tracking_uri}, "
+                            f"so the card cannot be kept beside its reruns.")
+    if set_alias is not None and (not set_alias or set_alias.isdigit()):
+        raise RegistryError(f"An alias must be a name, not '{set_alias}'.")
+    for e in cells:
+        fam = e.get("family")
+        if fam and e.get("recipe_id") and e["recipe_id"] not in (fam.get("recipe_ids") or []):
+            raise RegistryError(f"The card's family of {fam['size']} recipes does not include the recipe being "
+                                f"attached ({e['recipe_id']}); nothing was attached.")
+    check_card(doc, cells, tracking_uri, card)
+
+    # ---- writes, undone on failure
+    created_model = created_version = False
+    card_runs: list[str] = []
+    old_tags: dict[str, str | None] = {}
+    old_description = None
+    try:
+        if run_id is not None:
+            if existing is None:
+                reg.create_model(model_name)
+                created_model = True
+            mv = reg.create_version(model_name, source, run_id, model_id)
+            created_version = True
+        sub = _sub_document(doc, cells)
+        from recipe_audit.store.cards import json_cell_groups
+
+        logged = log_cell_card_runs(sub, tracking_uri, experiment, attached_to=f"{model_name}/{mv.version}")
+        card_runs = [c.run_id for c in logged if not c.reused]  # a reused card run is not ours to undo
+        run_of = dict(zip(json_cell_groups(sub).keys(), logged, strict=True))
+        fields_by_stem: dict[str, dict[str, str]] = {}
+        for key, entries in json_cell_groups(sub).items():
+            rid, cell_digest = run_of[key].run_id, run_of[key].digest
+            for e in entries:
+                stem = keys.card_tag_stem(e["audit_set"] or e["metric"], e["tau"])
+                fields_by_stem[stem] = _card_fields(e, f"runs:/{rid}/card.json", cell_digest, source_run_id,
+                                                    experiment)
+        current = dict(mv.tags or {})
+        old_description = mv.description
+        new_tags = {f"{stem}.{name}": value for stem, f in fields_by_stem.items() for name, value in f.items()}
+        new_tags.update({stem: summary_tag(f) for stem, f in fields_by_stem.items()})  # first of its tags
+        if run_recipe:
+            new_tags[keys.TAG_RECIPE_ID] = run_recipe
+        for k, v in new_tags.items():
+            old_tags.setdefault(k, current.get(k))
+            reg.set_version_tag(model_name, mv.version, k, v)
+        all_cards = attached_cards({**current, **new_tags})
+        latest_md = to_markdown(RecipeCard.from_json(sub))
+        exp_ids = {experiment: exp.experiment_id}
+        for f in all_cards.values():  # cards attached earlier may come from another experiment
+            if f.get("experiment") and f["experiment"] not in exp_ids:
+                other = reg.experiment_or_none(f["experiment"])
+                exp_ids[f["experiment"]] = other.experiment_id if other is not None else None
+        links = {f["card_uri"]: card_run_link(f["card_uri"], exp_ids.get(f.get("experiment"))) for f in all_cards.values()}
+        desc = _description(old_description, all_cards, latest_md, next(iter(fields_by_stem.values()))["card_uri"],
+                            links)
+        reg.set_description(model_name, mv.version, desc)
+        if set_alias:
+            reg.set_alias(model_name, set_alias, mv.version)
+    except Exception as exc:
+        reg.undo(model_name, None if mv is None else mv.version, created_model=created_model,
+                 created_version=created_version, old_tags=old_tags, old_description=old_description,
+                 runs=card_runs)
+        if isinstance(exc, (RegistryError,)):
+            raise
+        raise RegistryError(f"Attaching the card to model '{model_name}' failed and was undone: "
+                            f"{first_line(exc, 300)}") from None
+    return AttachResult(model_name, str(mv.version), created_version, tuple(fields_by_stem.values()),
+                        tuple(card_runs))
+
+
+# ------------------------------------------------------------------------------------------
+# The gate
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The release policy a gate applies: the largest ε and δ a card may be computed at, and
+    where each came from (``flag``, ``tag`` on the registered model, or ``default``)."""
+
+    max_eps: float = DEFAULT_MAX_EPS
+    max_delta: float = DEFAULT_MAX_DELTA
+    eps_from: str = "default"
+    delta_from: str = "default"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_eps": self.max_eps, "max_delta": self.max_delta, "max_eps_from": self.eps_from,
+                "max_delta_from": self.delta_from}
+
+
+def policy_value(name: str, value: Any, where: str) -> float:
+    """A policy bound, checked: ε in (0, 1), δ in (0, 0.5) (a one-sided bound at confidence
+    below one half is no upper bound). ``RegistryError`` (one sentence) otherwise."""
+    what = "ε" if name == "max_eps" else "δ"
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise RegistryError(f"The release policy's {name} ({where}) must be a number, not {value!r}.") from None
+    top = 1.0 if name == "max_eps" else 0.5
+    if not (math.isfinite(v) and 0 < v < top):
+        raise RegistryError(f"The release policy's {name} ({where}) must lie strictly between 0 and {top:g} "
+                            f"(the loosest {what} a card may have), not {value!r}.")
+    return v
+
+
+def release_policy(reg: ModelRegistry, model_name: str, max_eps: float | None = None,
+                   max_delta: float | None = None) -> Policy:
+    """The policy for ``model_name``: the flags when given, else the registered model's tags
+    ``recipe_audit.policy.max_eps`` / ``max_delta``, else 0.1 each."""
+    tags = dict(reg.model(model_name).tags or {})
+    out = {}
+    for name, flag, tag, default in (("max_eps", max_eps, TAG_POLICY_MAX_EPS, DEFAULT_MAX_EPS),
+                                     ("max_delta", max_delta, TAG_POLICY_MAX_DELTA, DEFAULT_MAX_DELTA)):
+        if flag is not None:
+            out[name] = (policy_value(name, flag, f"--{name.replace('_', '-')}"), "flag")
+        elif tag in tags:
+            out[name] = (policy_value(name, tags[tag], f"tag {tag} of model '{model_name}'"), "tag")
+        else:
+            out[name] = (default, "default")
+    return Policy(out["max_eps"][0], out["max_delta"][0], out["max_eps"][1], out["max_delta"][1])
+
+
+@dataclass(frozen=True)
+class GateResult:
+    passed: bool
+    outcome: str  # PASS, NO_CARD, REFUSED_SHIFT, UNSUPPORTED, INSUFFICIENT, LOOSER_THAN_POLICY, STALE
+    message: str  # one sentence
+    model_name: str
+    version: str
+    audit_set: str
+    tau: float | None
+    cards: tuple[dict[str, str], ...] = field(default=())
+    verification: tuple[dict[str, Any], ...] = field(default=())
+    policy: Policy | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "outcome": self.outcome, "message": self.message,
+                "model_name": self.model_name, "version": self.version, "audit_set": self.audit_set,
+                "tau": self.tau, "cards": list(self.cards), "verification": list(self.verification),
+                "policy": None if self.policy is None else self.policy.to_dict()}
+
+
+def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alias: str | None = None,
+         audit: str | None = None, tau: float | None = None, max_eps: float | None = None,
+         max_delta: float | None = None, pointwise: bool = False) -> GateResult:
+    """Whether version ``version`` (or the one ``alias`` names) of ``model_name`` may be released on
+    audit set ``audit`` at ``tau`` (default: every τ attached for that audit set): passes only when
+    each such card is ``release-supported``, was computed at an ε and δ within the release policy
+    (:func:`release_policy`), its tags match the card they point to, and that card (its JSON, its
+    Markdown and plots) still verifies against the tracking store. Without ``audit``, the audit set
+    of the version's cards when they are of one. Bad input (an unknown model, version or alias, a
+    bad policy value, no ``audit`` for a version with cards of several audit sets) raises
+    ``RegistryError``.
+
+    A card computed over several recipe identities (a grid) carries the family the recipe was
+    chosen from: the gate decides on the family-wise verdict, which holds whichever recipe of the
+    family was shipped; ``pointwise=True`` reads the pointwise verdict instead, for a recipe that
+    was fixed before the sweep (the others were not candidates). A card whose family does not
+    include its own recipe raises ``RegistryError``."""
+    from recipe_audit.cards.model import CardError
+    from recipe_audit.cards.verify import cell_key
+    from recipe_audit.release.verify import verify_card
+    from recipe_audit.store.card_files import read_card
+
+    reg = ModelRegistry(tracking_uri)
+    mv = reg.version(model_name, version=version, alias=alias)
+    policy = release_policy(reg, model_name, max_eps, max_delta)
+    what = f"model '{model_name}' version {mv.version}" + (f" (alias '{alias}')" if alias else "")
+    cards = attached_cards(dict(mv.tags or {}))
+    if audit is None:
+        audits = sorted({f["audit_set"] for f in cards.values()})
+        if len(audits) > 1:
+            raise RegistryError(f"{what[0].upper() + what[1:]} carries cards for several audit sets "
+                                f"({', '.join(audits)}); name the one to gate on with --audit.")
+        audit = audits[0] if audits else keys.DEFAULT_AUDIT
+
+    def result(passed, outcome, message, cards=(), ver=()):
+        return GateResult(passed, outcome, message, model_name, str(mv.version), audit, tau, tuple(cards),
+                          tuple(ver), policy)
+
+    if not cards:
+        return result(False, NO_CARD, f"{what} carries no recipe card; attach one with recipe-audit attach.")
+    for_audit = [f for f in cards.values() if f["audit_set"] == audit]
+    if not for_audit:
+        have = ", ".join(sorted({f["audit_set"] for f in cards.values()}))
+        return result(False, REFUSED_SHIFT,
+                      f"{what} has recipe cards for audit set(s) {have}, none for '{audit}': refused-shift (a card "
+                      f"is valid only for the audit set it was computed on).")
+    if tau is not None:
+        at = [f for f in for_audit if math.isclose(float(f["tau"]), tau, rel_tol=0, abs_tol=1e-12)]
+        if not at:
+            have = ", ".join(f"{float(f['tau']):g}" for f in sorted(for_audit, key=lambda f: float(f["tau"])))
+            return result(False, NO_CARD, f"{what} has cards for audit set '{audit}' at τ = {have}, none at "
+                                          f"τ = {tau:g}.")
+        for_audit = at
+    for_audit.sort(key=lambda f: float(f["tau"]))
+    for f in for_audit:
+        if not pointwise and not family_includes(f):
+            raise RegistryError(f"The card of {what} on audit set '{audit}' at τ = {float(f['tau']):g} names a family "
+                                f"that does not include its own recipe {f.get('recipe_id')}: attach a card computed "
+                                f"with that recipe among the family.")
+    for f in for_audit:
+        m = int(f.get("family_size") or 1)
+        v = f["verdict"] if pointwise or m <= 1 else f.get("family_verdict") or f["verdict"]
+        at = f"audit set '{audit}' at τ = {float(f['tau']):g}"
+        if m > 1 and not pointwise:
+            at += f" (family-wise: the recipe was one of M = {m} identities; --pointwise reads {f['verdict']})"
+        if v != stats.SUPPORTED:
+            outcome = {stats.REFUSED_SHIFT: REFUSED_SHIFT, stats.INSUFFICIENT: INSUFFICIENT}.get(v, UNSUPPORTED)
+            return result(False, outcome, f"{what} is {v} on {at}: {f.get('reason', '').rstrip('.')}.", for_audit)
+    for f in for_audit:
+        at = f"audit set '{audit}' at τ = {float(f['tau']):g}"
+        loose = [f"{sym} = {float(f[name]):g} > {limit:g}" for name, sym, limit in
+                 (("eps", "ε", policy.max_eps), ("delta", "δ", policy.max_delta)) if float(f[name]) > limit]
+        if loose:
+            return result(False, LOOSER_THAN_POLICY,
+                          f"The card of {what} on {at} is looser than the release policy ({'; '.join(loose)}; "
+                          f"the policy allows ε <= {policy.max_eps:g} and δ <= {policy.max_delta:g}).", for_audit)
+    checks = []
+    for f in for_audit:
+        at = f"audit set '{audit}' at τ = {float(f['tau']):g}"
+        try:
+            card = read_card(f["card_uri"], tracking_uri)
+        except CardError as exc:
+            return result(False, STALE, f"The card of {what} on {at} cannot be read: {str(exc).rstrip('.')}.",
+                          for_audit)
+        doc = card.doc
+        entry = next((e for e in doc["cells"] if (e["audit_set"] or e["metric"]) == audit
+                      and math.isclose(e["tau"], float(f["tau"]), rel_tol=0, abs_tol=1e-12)), None)
+        mismatch = _tag_mismatch(f, entry, doc)
+        if mismatch:
+            return result(False, STALE, f"The card tags of {what} on {at} do not match the card they point to "
+                                        f"({mismatch}).", for_audit)
+        ver = verify_card(doc, tracking_uri, card)
+        checks.append({"card_uri": f["card_uri"], "cell": list(map(str, cell_key(entry))), **ver.to_dict()})
+        if not ver.ok:
+            first = ver.findings[0]
+            more = f" (and {len(ver.findings) - 1} more difference(s))" if len(ver.findings) > 1 else ""
+            return result(False, STALE, f"The card of {what} on {at} no longer matches the tracking store: "
+                                        f"{first.kind}: {first.message}{more}.", for_audit, checks)
+    taus = ", ".join(f"{float(f['tau']):g}" for f in for_audit)
+    f0 = for_audit[0]
+    m0 = int(f0.get("family_size") or 1)
+    if m0 > 1 and not pointwise and f0.get("family_upper_bound"):
+        return result(True, PASS, f"{what} is release-supported family-wise (chosen from M = {m0} recipe identities) "
+                                  f"on audit set '{audit}' at τ = {taus} ({f0['n_failures']}/{f0['n_reruns']} reruns "
+                                  f"failed, U at δ/M = {float(f0['family_upper_bound']):.3f} <= ε = {float(f0['eps']):g}, "
+                                  f"within the release policy), and its card verifies against the tracking store.",
+                      for_audit, checks)
+    return result(True, PASS, f"{what} is release-supported on audit set '{audit}' at τ = {taus} "
+                              f"({f0['n_failures']}/{f0['n_reruns']} reruns failed, U = {float(f0['upper_bound']):.3f} "
+                              f"<= ε = {float(f0['eps']):g}, within the release policy), and its card verifies "
+                              f"against the tracking store.", for_audit, checks)
+
+
+def _tag_mismatch(f: dict[str, str], entry: dict[str, Any] | None, doc: dict[str, Any]) -> str | None:
+    if entry is None:
+        return "the card holds no such cell"
+    checks = [("verdict", f["verdict"], entry["verdict"]), ("n_reruns", f["n_reruns"], str(entry["n_reruns"])),
+              ("n_failures", f.get("n_failures", ""), "" if entry["n_failures"] is None else str(entry["n_failures"])),
+              ("recipe_id", f.get("recipe_id", ""), str(entry["recipe_id"] or "")),
+              ("metric", f.get("metric", ""), entry["metric"]),
+              ("recipe", f.get("recipe", ""), entry.get("recipe_summary") or ""),
+              ("reruns_digest", f.get("reruns_digest"), entry["digest"]),
+              ("card_digest", f.get("card_digest"), doc["digest"])]
+    for name, tag, card in checks:
+        if tag != card:
+            return f"{name}: tag {tag!r}, card {card!r}"
+    if f.get("family_verdict") is not None:
+        fam = entry.get("family") or {}
+        card_fv = fam.get("verdict", entry["verdict"])
+        if f["family_verdict"] != card_fv or str(f.get("family_size") or "1") != str(fam.get("size", 1)):
+            return (f"family: tag {f.get('family_size')} / {f['family_verdict']!r}, card "
+                    f"{fam.get('size', 1)} / {card_fv!r}")
+    for name in ("upper_bound", "lower_bound", "eps", "delta", "tau"):
+        tag, card = f.get(name, ""), entry[name]
+        if (card is None) != (tag == "") or (card is not None and not math.isclose(float(tag), card, rel_tol=1e-12)):
+            return f"{name}: tag {tag!r}, card {card!r}"
+    return None
