@@ -30,7 +30,8 @@ from types import MappingProxyType
 from typing import Any
 
 from recipe_audit.cards import schemas
-from recipe_audit.cards.build import installed_versions
+from recipe_audit.cards.build import software_versions
+from recipe_audit.cards.jsontext import json_number
 from recipe_audit.cards.tables import md_table
 from recipe_audit.stats import acceptance as gates
 
@@ -115,11 +116,9 @@ class AcceptanceCardError(ValueError):
 
 
 def _num(x):
-    """The card's JSON number: a float, or None for None, NaN and ±inf."""
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
+    """The acceptance card's JSON number: always a float (:func:`~recipe_audit.cards.jsontext.json_number`
+    of ``float(x)``), None for None, NaN and ±inf."""
+    return None if x is None else json_number(float(x))
 
 
 def _pair(x) -> list | None:
@@ -784,9 +783,8 @@ def cell_card(pair, res: gates.AcceptanceResult, *, task: str, cross_task: str |
     )
 
 
-def software_versions() -> dict[str, str]:
-    return installed_versions(("recipe_audit", "numpy", "scipy", "pandas", "torch", "transformers", "peft",
-                               "mlflow"))
+# the packages whose versions an acceptance card records (those installed), in this order
+ACCEPTANCE_CARD_PACKAGES = ("recipe_audit", "numpy", "scipy", "pandas", "torch", "transformers", "peft", "mlflow")
 
 
 def build_card(pairs: Sequence, results: Sequence[gates.AcceptanceResult], *, options: Mapping[str, Any],
@@ -806,7 +804,7 @@ def build_card(pairs: Sequence, results: Sequence[gates.AcceptanceResult], *, op
         kind=CARD_KIND,
         claim=CLAIM,
         created=created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        software=_freeze(software_versions()),
+        software=_freeze(software_versions(ACCEPTANCE_CARD_PACKAGES)),
         source=_freeze(dict(source)),
         options=_freeze(dict(options)),
         cells=cells,

@@ -124,7 +124,11 @@ def _reason(bound, cell: Cell, opts: CardOptions) -> str:
                bound.more_clean_reruns_needed else "."))
 
 
-def installed_versions(packages: Sequence[str]) -> dict[str, str]:
+# the packages whose versions a card records (those installed), in this order
+RECIPE_CARD_PACKAGES = ("recipe_audit", "mlflow", "numpy", "scipy", "torch", "transformers", "peft", "hydra-core")
+
+
+def software_versions(packages: Sequence[str] = RECIPE_CARD_PACKAGES) -> dict[str, str]:
     """``{package: version}`` for those of ``packages`` that are installed, in the order given."""
     from importlib import metadata
 
@@ -135,11 +139,6 @@ def installed_versions(packages: Sequence[str]) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return out
-
-
-def software_versions() -> dict[str, str]:
-    return installed_versions(("recipe_audit", "mlflow", "numpy", "scipy", "torch", "transformers", "peft",
-                               "hydra-core"))
 
 
 def build_document(cells: Sequence[Cell], opts: CardOptions, source: dict[str, Any]) -> dict[str, Any]:
