@@ -53,6 +53,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipe_audit import keys
 from recipe_audit.app.launchers import plain_int_seed
+from recipe_audit.cards.curtail import curtail_reason
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 from recipe_audit.store.curtailment import RECORD_FILE  # also written beside the sweep
 
@@ -335,7 +336,7 @@ class CurtailingSweeperBase(RecipeSweeperBase):
                 g.done = g.launched >= g.n_planned or all(s.stop for s in g.state)
                 if g.done and g.launched < g.n_planned:
                     log.info("curtailed %s after %d of %d reruns: %s", " ".join(g.overrides) or "the sweep",
-                             g.launched, g.n_planned, g.state[0].reason)
+                             g.launched, g.n_planned, curtail_reason(g.state[0]))
         self.record = self._record(audit)
         self._publish(sweep_dir)
         return returns
@@ -403,8 +404,8 @@ class CurtailingSweeperBase(RecipeSweeperBase):
                 "stopped_early": g.launched < g.n_planned, "failures": list(g.failures),
                 "verdicts_at_n": [s.verdict for s in g.state],
                 "possible_verdicts": [list(s.possible_verdicts) for s in g.state],
-                "reason": g.state[0].reason if len(g.state) == 1 else " ".join(
-                    f"At τ = {t:g}: {s.reason}" for t, s in zip(audit["taus"], g.state, strict=True)),
+                "reason": curtail_reason(g.state[0]) if len(g.state) == 1 else " ".join(
+                    f"At τ = {t:g}: {curtail_reason(s)}" for t, s in zip(audit["taus"], g.state, strict=True)),
             })
         return {"version": RECORD_VERSION, "sweeper": "curtail", "stop_on": self.stop_on,
                 "batch_size": self.batch_size, **audit,

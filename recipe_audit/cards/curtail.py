@@ -43,6 +43,25 @@ def _norm(seed: Any) -> Any:
     return int(f) if f.is_integer() else seed
 
 
+def curtail_reason(st: stats.CurtailState) -> str:
+    """Where a curtailed sweep stands, in one sentence (for the card and the sweep's record)."""
+    k, m, n, r, a = st.k, st.m, st.n_planned, st.remaining, st.supported_max_k
+    possible = st.possible_verdicts
+    head = f"{k} of {m} reruns failed, {r} of the planned {n} remain"
+    if r == 0:
+        return f"all {n} planned reruns ran ({k} failed): the verdict is the ordinary card's."
+    if st.decision_determined and k + r <= a:
+        return (f"{head}: even if all {r} fail, {k + r} failures at N = {n} are within the {a} that "
+                f"release-supported allows, so the verdict at N is release-supported.")
+    if st.verdict_determined:
+        return f"{head}: whatever they do, the verdict at N = {n} is {possible[0]}."
+    if st.decision_determined:
+        allowed = f"at most {a}" if a >= 0 else f"none (N = {n} cannot certify at all)"
+        return (f"{head}: release-supported at N = {n} allows {allowed} failures, so whatever they "
+                f"do the recipe is not release-supported at N (still possible: {', '.join(possible)}).")
+    return f"{head}: the verdict at N = {n} is not settled yet (still possible: {', '.join(possible)})."
+
+
 def _group_of(record: dict[str, Any], cell: Cell) -> dict[str, Any] | None:
     groups = record.get("groups") or []
     hits = [g for g in groups if g.get("recipe_id") is not None and g.get("recipe_id") == cell.recipe_id]
@@ -136,7 +155,7 @@ def curtailed_fields(cell: Cell, k: int, tau: float, opts, rules: dict[str, bool
         "sweep_taus": info["sweep_taus"], "sweep_eps": info["sweep_eps"], "sweep_delta": info["sweep_delta"],
         "k_range_at_n": list(st.k_range_at_n), "possible_verdicts": list(st.possible_verdicts),
         "verdict_determined": st.verdict_determined, "decision_determined": st.decision_determined,
-        "upper_if_rest_pass": st.upper_if_rest_pass, "explanation": st.reason,
+        "upper_if_rest_pass": st.upper_if_rest_pass, "explanation": curtail_reason(st),
     }
     if r == 0:
         return {"curtailment": obj}

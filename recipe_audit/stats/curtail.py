@@ -182,8 +182,8 @@ class CurtailState:
     ``decision_determined``: whether they no longer depend on the remaining reruns; ``stop``: the
     one of the two ``stop_on`` asks for; ``verdict``, ``upper``, ``lower``: what the sweep can
     state now (:func:`curtailed_verdict_array`, ``U(k + r, N)``, ``L(k, N)``);
-    ``upper_if_rest_pass``: ``U(k, N)``, the full sweep's bound if every remaining rerun passed;
-    ``reason``: one sentence.
+    ``upper_if_rest_pass``: ``U(k, N)``, the full sweep's bound if every remaining rerun passed
+    (:func:`recipe_audit.cards.curtail.curtail_reason` says it in one sentence).
     """
 
     k: int
@@ -203,7 +203,6 @@ class CurtailState:
     lower: float
     upper_if_rest_pass: float
     supported_max_k: int
-    reason: str
 
     @property
     def stopped_early(self) -> bool:
@@ -219,24 +218,7 @@ class CurtailState:
                 "decision_determined": self.decision_determined, "stop": self.stop,
                 "stopped_early": self.stopped_early, "verdict": self.verdict, "upper": self.upper,
                 "lower": self.lower, "upper_if_rest_pass": self.upper_if_rest_pass,
-                "supported_max_k": self.supported_max_k, "reason": self.reason}
-
-
-def _reason(k: int, m: int, n: int, r: int, a: int, possible: tuple[str, ...], stop: bool,
-            verdict_det: bool, decision_det: bool) -> str:
-    head = f"{k} of {m} reruns failed, {r} of the planned {n} remain"
-    if r == 0:
-        return f"all {n} planned reruns ran ({k} failed): the verdict is the ordinary card's."
-    if decision_det and k + r <= a:
-        return (f"{head}: even if all {r} fail, {k + r} failures at N = {n} are within the {a} that "
-                f"release-supported allows, so the verdict at N is release-supported.")
-    if verdict_det:
-        return f"{head}: whatever they do, the verdict at N = {n} is {possible[0]}."
-    if decision_det:
-        allowed = f"at most {a}" if a >= 0 else f"none (N = {n} cannot certify at all)"
-        return (f"{head}: release-supported at N = {n} allows {allowed} failures, so whatever they "
-                f"do the recipe is not release-supported at N (still possible: {', '.join(possible)}).")
-    return f"{head}: the verdict at N = {n} is not settled yet (still possible: {', '.join(possible)})."
+                "supported_max_k": self.supported_max_k}
 
 
 def curtail_state(k: int, m: int, n_planned: int, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA,
@@ -270,7 +252,6 @@ def curtail_state(k: int, m: int, n_planned: int, eps: float = DEFAULT_EPS, delt
         decision_determined=d_det, stop=stop, verdict=str(curtailed_verdict_array(k_i, m_i, n, e, d)),
         upper=float(clopper_pearson_upper(k_i + r, n, d)), lower=float(clopper_pearson_lower(k_i, n, d)),
         upper_if_rest_pass=float(clopper_pearson_upper(k_i, n, d)), supported_max_k=plan.supported_max_k,
-        reason=_reason(k_i, m_i, n, r, plan.supported_max_k, possible, stop, v_det, d_det),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from recipe_audit.cards.curtail import curtail_reason  # the sentence the card and sweep record state
 from recipe_audit.stats import (
     INSUFFICIENT,
     STRONG_UNSUPPORTED,
@@ -67,11 +68,11 @@ def test_states_and_reasons():
     assert s.k_range_at_n == (3, 52) and s.remaining == 49
     assert s.upper == pytest.approx(clopper_pearson_upper(52, 59, 0.1))
     assert s.upper_if_rest_pass == pytest.approx(clopper_pearson_upper(3, 59, 0.1))
-    assert "not release-supported" in s.reason and "at most 2" in s.reason
+    assert "not release-supported" in curtail_reason(s) and "at most 2" in curtail_reason(s)
     sup = curtail_state(0, 57, 59)
-    assert sup.stop and sup.verdict == SUPPORTED and "even if all 2 fail" in sup.reason
+    assert sup.stop and sup.verdict == SUPPORTED and "even if all 2 fail" in curtail_reason(sup)
     open_ = curtail_state(1, 20, 59)
-    assert not open_.stop and "not settled" in open_.reason
+    assert not open_.stop and "not settled" in curtail_reason(open_)
     strong = curtail_state(10, 20, 59, stop_on="verdict")
     assert strong.stop and strong.verdict == STRONG_UNSUPPORTED and strong.possible_verdicts == (STRONG_UNSUPPORTED,)
     done = curtail_state(4, 59, 59)
