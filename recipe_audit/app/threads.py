@@ -20,9 +20,10 @@ and Ray workers this process starts); a job that finds none (a single run, a job
 other way) decides for itself, counting itself as the only rerun. ``threads=0`` is torch's own
 choice (one thread per core), ``threads=n`` is ``n`` threads, as before.
 
-Why not torch's choice on every machine: on a machine busy with other work, threads of one rerun
-wait on each other (13-148 s a rerun beside two busy processes against 2.0-2.2 s with one
-thread); on a quiet machine more threads are a few per cent faster (docs/benchmarks.md).
+Why not torch's choice on every machine: on a machine busy with other work, the threads of one
+rerun wait on each other and a rerun takes many times longer than with one thread; on a quiet
+machine more threads are a little faster (``bench/bench_parallel.py --threads-only``; the numbers
+are on the benchmarks page of the docs).
 """
 
 from __future__ import annotations

@@ -127,8 +127,8 @@ _SCORED_ON = "tags." + keys.TAG_AUDIT_SETS
 def _summary_params(req: CardRequest, frame, run_ids: list[str]) -> dict[str, dict[str, Any]]:
     """``{run id: {param: value or None}}`` of the :data:`SUMMARY_PARAMS` of ``run_ids`` (each
     cell's first chosen run): from ``frame`` when it carries them as ``params.X`` columns, else one
-    point read of those runs (reading the 14 params of every rerun took 1.6 s of a card over
-    100,000 reruns)."""
+    point read of those runs: reading them for every rerun grows with the experiment, and the
+    summary needs one run per cell."""
     from recipe_audit.reruns import QueryError
     from recipe_audit.store.read import read_params
 
