@@ -134,7 +134,7 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
         _fail(str(exc), exc)
     except Exception as exc:  # a crashing rerun is data: the callback records it FAILED, the sweep goes on
         if logger is not None:
-            _stop_if_store_gone(logger.store, run_cfg.seed, exc)
+            _stop_if_store_gone(logger.store.uri, run_cfg.seed, exc)
             try:
                 logger.flush()
             except Exception:  # noqa: BLE001 - the error that matters is the rerun's
@@ -146,7 +146,7 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
         try:
             logger.flush()
         except Exception as exc:
-            _stop_if_store_gone(logger.store, run_cfg.seed, exc)
+            _stop_if_store_gone(logger.store.uri, run_cfg.seed, exc)
             raise
     return {name: s.accuracy for name, s in result.audits.items()}
 
@@ -173,7 +173,7 @@ def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
         _fail(str(exc).rstrip(".") + "; every cell starts from it, so the sweep stops here.", exc)
     except Exception as exc:
         if logger is not None:
-            _stop_if_store_gone(logger.store, int(cfg.seed), exc)
+            _stop_if_store_gone(logger.store.uri, int(cfg.seed), exc)
         if HydraConfig.get().mode != RunMode.MULTIRUN:
             _fail(f"cell {cell_name(str(defense['name']), int(cfg.seed))} FAILED ({type(exc).__name__}: {exc})", exc)
         raise
@@ -198,17 +198,20 @@ def _attach_rerun(audit_names, cfg):
         logger.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     except tracking.TrackingError as exc:
         _fail(str(exc), exc)
+    except Exception as exc:  # noqa: BLE001 - a server that went away since the callback opened the run
+        _stop_if_store_gone(rerun.tracking_uri, rerun.seed, exc)
+        raise
     return logger
 
 
-def _stop_if_store_gone(store, seed: int, exc: BaseException) -> None:
+def _stop_if_store_gone(uri: str, seed: int, exc: BaseException) -> None:
     """A tracking server that went away mid-sweep stops the sweep with one sentence (rather than
     recording reruns nowhere): every rerun that finished before is in the store, and relaunching
     with ``tracking.resume=true`` trains only the others."""
     from recipe_audit.store import tracking
 
     try:
-        tracking.check_reachable(store.uri)
+        tracking.check_reachable(uri)
     except tracking.TrackingError as gone:
         _fail(f"{gone} Seed {seed} was not recorded and the sweep stops here; the reruns that "
               "finished are in the store: relaunch the same command with tracking.resume=true "
