@@ -51,13 +51,17 @@ class ModelRegistry:
                 raise RegistryError(f"There is no registered model named '{name}'.") from None
             raise RegistryError(f"Cannot read registered model '{name}': {first_line(exc, 300)}") from None
 
-    def model_or_none(self, name: str):
+    def _or_none(self, read, *args):
+        """``read(*args)``, or None when MLflow says it cannot (absent, or unreadable)."""
         from mlflow.exceptions import MlflowException
 
         try:
-            return self.client.get_registered_model(name)
+            return read(*args)
         except MlflowException:
             return None
+
+    def model_or_none(self, name: str):
+        return self._or_none(self.client.get_registered_model, name)
 
     def version(self, name: str, version: str | None = None, alias: str | None = None):
         """The ``ModelVersion`` named by ``version`` or ``alias``; ``RegistryError`` (one sentence)
@@ -80,20 +84,10 @@ class ModelRegistry:
             raise RegistryError(f"Cannot read {what} of model '{name}': {first_line(exc, 300)}") from None
 
     def run_or_none(self, run_id: str):
-        from mlflow.exceptions import MlflowException
-
-        try:
-            return self.client.get_run(run_id)
-        except MlflowException:
-            return None
+        return self._or_none(self.client.get_run, run_id)
 
     def experiment_or_none(self, name: str):
-        from mlflow.exceptions import MlflowException
-
-        try:
-            return self.client.get_experiment_by_name(name)
-        except MlflowException:
-            return None
+        return self._or_none(self.client.get_experiment_by_name, name)
 
     def logged_model(self, run_id: str) -> tuple[str, str | None, Any]:
         """(source URI, logged model id or None, run) of the model a rerun logged (``tracking.log_model
