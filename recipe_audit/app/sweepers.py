@@ -53,7 +53,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipe_audit import keys
 from recipe_audit.app.launchers import plain_int_seed
-from recipe_audit.cards.curtail import curtail_reason
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 from recipe_audit.store.curtailment import RECORD_FILE  # also written beside the sweep
 
@@ -287,6 +286,7 @@ class CurtailingSweeperBase(RecipeSweeperBase):
     # -- the sweep ----------------------------------------------------------------------------
 
     def sweep(self, arguments: list[str]) -> Any:
+        from recipe_audit.cards.curtail import curtail_reason  # NumPy: not on Hydra's plugin scan
         from recipe_audit.stats import curtail_state, sample_floor
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
@@ -396,6 +396,8 @@ class CurtailingSweeperBase(RecipeSweeperBase):
     def _record(self, audit: dict[str, Any]) -> dict[str, Any]:
         if self.stop_on == "anytime":
             return self._record_anytime(audit)
+        from recipe_audit.cards.curtail import curtail_reason
+
         groups = []
         for g in self.groups:
             groups.append({
