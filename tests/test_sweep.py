@@ -159,6 +159,42 @@ def test_a_new_sqlite_store_keeps_a_write_ahead_log_and_folds_it_back(tmp_path):
     assert row == (0.9,)
 
 
+def test_commits_to_a_store_in_write_ahead_log_mode_skip_the_disk_sync_and_others_keep_it(tmp_path):
+    """The store open_store switched to the log commits with ``synchronous=NORMAL`` (1) on the
+    connections MLflow's engine hands out; a SQLite file the process did not open as a store, and
+    a store left in rollback mode, keep SQLite's default ``FULL`` (2)."""
+    import sqlite3
+
+    from sqlalchemy import create_engine, text
+
+    from recipe_audit.store import tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    st = tracking.open_store(uri, "sync-check")
+    st.client.create_run(st.experiment_id)  # a transaction: every pooled connection sees the log
+    engine = create_engine(uri)  # the same file, through another engine: the setting is per file
+    with engine.connect() as con:
+        assert con.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert con.execute(text("PRAGMA synchronous")).scalar() == 1
+    engine.dispose()
+
+    other = tmp_path / "other.db"  # a user's own SQLite file in the same process
+    sqlite3.connect(other).execute("PRAGMA journal_mode=WAL").fetchone()
+    engine = create_engine(f"sqlite:///{other}")
+    with engine.connect() as con:
+        assert con.execute(text("PRAGMA synchronous")).scalar() == 2
+    engine.dispose()
+
+    rollback = tmp_path / "rollback.db"  # registered, but not in write-ahead-log mode
+    sqlite3.connect(rollback).execute("create table t (x)")
+    tracking._commit_without_sync(f"sqlite:///{rollback}")
+    engine = create_engine(f"sqlite:///{rollback}")
+    with engine.connect() as con:
+        assert con.execute(text("PRAGMA journal_mode")).scalar() == "delete"
+        assert con.execute(text("PRAGMA synchronous")).scalar() == 2
+    engine.dispose()
+
+
 def test_a_configuration_error_in_a_sweep_closes_its_parent_failed(tmp_path, store):
     """A sweep whose configuration cannot run stops at its first job; its parent run says why
     rather than staying RUNNING, and the job's rerun is recorded FAILED with the same sentence."""

@@ -135,6 +135,8 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
                                          tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
                 exp = client.get_experiment_by_name(experiment_name)
             _write_ahead_log(uri)
+            if uri.startswith("sqlite:///"):
+                _commit_without_sync(uri)
         if exp.lifecycle_stage != "active":
             raise TrackingError(f"Experiment '{experiment_name}' in {uri} is deleted; restore it or pick another name.")
         else:
@@ -213,13 +215,61 @@ def _write_ahead_log(uri: str) -> None:
     pragma is a no-op on a store already in it).
 
     In its default rollback-journal mode SQLite syncs the disk several times a commit and a
-    writer locks out readers; every rerun makes four commits (open, params and metrics, status),
-    and parallel workers wait on each other's locks. With the log, a commit is one append and
-    readers (``mlflow ui``, a card) do not block writers; ``bench/bench_store_writes.py`` times
-    a rerun's four store calls in both modes. The log needs the processes that share the file to
+    writer locks out readers; a rerun makes about a dozen commits (its run, its params, its
+    metrics, its status), and parallel workers wait on each other's locks. With the log, a commit
+    is one append and readers (``mlflow ui``, a card) do not block writers;
+    ``bench/bench_store_writes.py`` times a rerun's store calls in each mode. The log needs the processes that share the file to
     share one machine's memory, as a SQLite store already does to be safe; a store shared across
     machines belongs on a server."""
     _sqlite_pragma(uri, "journal_mode=WAL")
+
+
+_SYNC_NORMAL: set[str] = set()  # real paths of the SQLite stores this process commits to without a sync
+
+
+def _commit_without_sync(uri: str) -> None:
+    """Let this process's commits to a local SQLite store in write-ahead-log mode skip the disk
+    sync (``PRAGMA synchronous=NORMAL``, the setting SQLite recommends with the log).
+
+    With the log, a commit is an append to ``mlflow.db-wal``; SQLite's default (``FULL``) then
+    waits for the disk to sync it, at every commit (a rerun makes several). ``NORMAL`` syncs only when
+    the log is folded back. Nothing committed is lost when a process dies, SIGKILL included: the log is in the
+    operating system's cache and the next reader replays it. What a power cut or a kernel crash can
+    undo is the last commits before it, never the consistency of the file. The setting belongs to
+    a connection, so it is set as MLflow's engine hands one out; only for the stores opened here
+    and only while the file is in write-ahead-log mode (in rollback mode ``NORMAL`` could corrupt
+    the file on a power cut)."""
+    from sqlalchemy import event
+    from sqlalchemy.pool import Pool
+
+    try:
+        path = os.path.realpath(uri[len("sqlite:///"):])
+    except (TypeError, ValueError):
+        return
+    if not _SYNC_NORMAL:
+        event.listen(Pool, "checkout", _sync_normal_on_checkout)
+    _SYNC_NORMAL.add(path)
+
+
+def _sync_normal_on_checkout(dbapi_connection, connection_record, _proxy) -> None:
+    if connection_record.info.get("recipe_audit.sync_checked") or not _SYNC_NORMAL:
+        return
+    import sqlite3
+
+    if not isinstance(dbapi_connection, sqlite3.Connection):
+        connection_record.info["recipe_audit.sync_checked"] = True
+        return
+    try:
+        files = {os.path.realpath(row[2]) for row in dbapi_connection.execute("PRAGMA database_list")
+                 if row[1] == "main" and row[2]}
+        if not files & _SYNC_NORMAL:
+            connection_record.info["recipe_audit.sync_checked"] = True
+            return
+        if dbapi_connection.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+            dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+            connection_record.info["recipe_audit.sync_checked"] = True
+    except sqlite3.Error:
+        pass  # a busy or odd file: this connection keeps SQLite's default; asked again next time
 
 
 def checkpoint_store(uri: str) -> None:
