@@ -438,8 +438,18 @@ class RecipeCard(Record):
         """The card with its digest fields set (:func:`recipe_audit.cards.digest.seal`)."""
         from recipe_audit.cards.digest import seal
 
-        return RecipeCard.from_json(seal(self.to_json(), dict(artifacts) if artifacts else None,
-                                         content_digest=content_digest))
+        return self.with_seal_of(seal(self.to_json(), dict(artifacts) if artifacts else None,
+                                      content_digest=content_digest))
+
+    def with_seal_of(self, doc: Mapping[str, Any]) -> RecipeCard:
+        """This card with the digest fields of ``doc``, which is this card's own JSON as
+        :func:`~recipe_audit.cards.digest.seal` sealed it: the same card as
+        ``RecipeCard.from_json(doc)`` without typing every entry again (half a second at 100,000
+        reruns)."""
+        art = doc.get("artifacts")
+        return replace(self, schema_version=doc["schema_version"], digest_scheme=doc["digest_scheme"],
+                       content_digest=doc["content_digest"], artifacts=None if art is None else freeze(art),
+                       digest=doc["digest"], key_order=tuple(doc))
 
     def cell_groups(self) -> dict[tuple, list[CardEntry]]:
         """Entries grouped by cell (recipe, group, audit set, metric), in card order."""

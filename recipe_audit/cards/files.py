@@ -147,7 +147,8 @@ def render_files(card: RecipeCard | dict[str, Any], out_dir: Path, stem: str = "
     # card's JSON down to its entries: sealing changes neither the entries nor anything below them)
     seal(doc)
     content = doc["content_digest"]
-    view = RecipeCard.from_json(doc)  # what is rendered: the sealed card
+    # what is rendered: the sealed card (a typed card is not typed again from its JSON)
+    view = card.with_seal_of(doc) if isinstance(card, RecipeCard) else RecipeCard.from_json(doc)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".card-") as tmp:
         tmp_dir = Path(tmp)
         images: dict[tuple, str] = {}

@@ -93,3 +93,17 @@ def test_a_card_of_schema_1_0_reads_back_exactly():
         doc.pop(k, None)
     doc["schema_version"] = "1.0"
     assert json.dumps(RecipeCard.from_json(doc).to_json()) == json.dumps(doc)
+
+
+@pytest.mark.parametrize("name", ["curtailed", "anytime", "family"])
+def test_with_seal_of_is_the_card_typed_again_from_its_sealed_json(name):
+    from recipe_audit.cards.digest import seal
+
+    card = _cards()[name].updated(split_audit={"n_splits": 3})  # a change after sealing
+    for artifacts in (None, {"card.md": "a" * 64, "card_hist_0.png": "b" * 64}):
+        doc = seal(card.to_json(), artifacts)
+        fast, typed = card.with_seal_of(doc), RecipeCard.from_json(doc)
+        assert fast == typed and json.dumps(fast.to_json()) == json.dumps(doc)
+        assert fast.content_digest != card.content_digest  # the split audit is covered
+        assert (fast.artifacts is None) == (artifacts is None)
+    assert card.sealed() == RecipeCard.from_json(seal(card.to_json()))
