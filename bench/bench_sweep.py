@@ -19,8 +19,8 @@ with plain ``OmegaConf.load`` (the groups named in ``recipe_audit/conf/config.ya
 Both sides are timed wall-clock around the whole subprocess, imports included (their CPU time,
 user + system, is printed too: it is less sensitive to other load on a shared machine). The
 sides run alternately, B then A, ``--repeat`` times (default 3); the best (minimum) time of each
-side is compared, since other load only ever adds time: target A/B <= 1.10. The calibration
-accuracy of every seed is checked to be identical on both sides (read back from the MLflow store
+side is compared, since other load only ever adds time: target A/B <= 1.03, card included. The
+calibration accuracy of every seed is checked to be identical on both sides (read back from the MLflow store
 for A, outside the timing). ``--freeze-bare`` gives the bare loop the ``gc.freeze()`` the app
 does after its set-up, a stricter baseline (the freeze also spares the bare loop's own
 collections of torch's and transformers' objects, and its exit-time collection).
