@@ -69,12 +69,7 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from recipe_audit.app.task_configs import extra_task_configs
     from recipe_audit.config import RunConfig
-    from recipe_audit.train.loop import RecipeError, prepare_task, select_audits, train_rerun
-    from recipe_audit.train.models import ModelError
-    from recipe_audit.train.shift import prepare_extra_audits
-    from recipe_audit.train.tasks import TaskError
 
     if _FREEZES_LEFT > 2:  # the first job
         _freeze_setup()
@@ -82,10 +77,11 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
 
-    # Configuration problems are the same for every seed: stop before logging anything.
+    # Configuration problems are the same for every seed: stop before logging anything (and the
+    # options' own checks before importing torch: a mistyped option is answered seconds sooner).
     try:
         try:
-            threads.apply(run_cfg.threads)  # auto: the sweep's decision (recipe_audit/app/threads.py)
+            threads.parse(run_cfg.threads)  # applied below, after the checks
         except threads.ThreadsError as exc:
             raise ConfigurationError(str(exc)) from None
         stray = unknown_keys(run_cfg)
@@ -102,6 +98,17 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
         for name, value in (("audit.eps", run_cfg.audit.eps), ("audit.delta", run_cfg.audit.delta)):
             if not 0 < value < 1:
                 raise ConfigurationError(f"{name} must lie strictly between 0 and 1, not {value}.")
+    except ConfigurationError as exc:
+        _fail(str(exc), exc)
+
+    threads.apply(run_cfg.threads)  # auto: the sweep's decision (recipe_audit/app/threads.py)
+    from recipe_audit.app.task_configs import extra_task_configs
+    from recipe_audit.train.loop import RecipeError, prepare_task, select_audits, train_rerun
+    from recipe_audit.train.models import ModelError
+    from recipe_audit.train.shift import prepare_extra_audits
+    from recipe_audit.train.tasks import TaskError
+
+    try:
         prepared = prepare_task(run_cfg.task, run_cfg.model)
         audit_sets = select_audits(prepared.task, run_cfg.audit)
         extra_audits = prepare_extra_audits(
