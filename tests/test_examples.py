@@ -3,7 +3,8 @@ swept over 6 seeds with the plugin on the command line, one seed made to crash o
 Hydra's basic and joblib launchers. Checked: the card's N, k and verdict, and that every rerun's
 run holds the client's own logged metrics (so its logging went into the rerun, not elsewhere).
 
-The plain-MLflow and bare-function apps are fast and run by default; the Hugging Face ``Trainer``
+The plain-MLflow and bare-function apps are fast and run by default (two of their four app ×
+launcher combinations; the other two are marked slow); the Hugging Face ``Trainer``
 and Lightning apps import their frameworks in every process and are marked slow (the ``_ci`` ones
 run in CI). They need the ``examples`` extra (``pytorch-lightning``).
 """
@@ -83,8 +84,14 @@ def _check(tmp_path, store, ex: Example, launcher: str, fault: str):
     assert [u["seed"] for u in cell["unfinished"]] == ([2] if fault == "crash" else [])
 
 
-@pytest.mark.parametrize("launcher", LAUNCHERS)
-@pytest.mark.parametrize("name, fault", [("plain_mlflow", "crash"), ("bare_function", "collapse")])
+@pytest.mark.parametrize("name, fault, launcher", [
+    # by default each app, fault and launcher once (a crash under joblib, a collapse under basic);
+    # the other two combinations (about 25 s each on two cores) run with -m slow
+    ("plain_mlflow", "crash", "joblib"),
+    ("bare_function", "collapse", "basic"),
+    pytest.param("plain_mlflow", "crash", "basic", marks=pytest.mark.slow),
+    pytest.param("bare_function", "collapse", "joblib", marks=pytest.mark.slow),
+])
 def test_light_examples(tmp_path, store, name, fault, launcher):
     _check(tmp_path, store, EXAMPLES[name], launcher, fault)
 
