@@ -444,8 +444,7 @@ class RecipeCard(Record):
     def with_seal_of(self, doc: Mapping[str, Any]) -> RecipeCard:
         """This card with the digest fields of ``doc``, which is this card's own JSON as
         :func:`~recipe_audit.cards.digest.seal` sealed it: the same card as
-        ``RecipeCard.from_json(doc)`` without typing every entry again (half a second at 100,000
-        reruns)."""
+        ``RecipeCard.from_json(doc)`` without typing every entry again."""
         art = doc.get("artifacts")
         return replace(self, schema_version=doc["schema_version"], digest_scheme=doc["digest_scheme"],
                        content_digest=doc["content_digest"], artifacts=None if art is None else freeze(art),
