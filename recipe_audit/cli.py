@@ -262,6 +262,10 @@ def cmd_card(a: argparse.Namespace) -> int:
         old = [c.run_id for c in runs if c.reused]
         print(f"Logged {len(new)} card run(s) to experiment '{a.experiment_name}'"
               + (f"; {len(old)} cell(s) already had their card run ({', '.join(old)})." if old else "."))
+        from recipe_audit.release.sweep import print_store, publish_cards
+
+        publish_cards(uri, a.experiment_name, [doc])  # the verdicts first on the experiment's page
+        print_store(uri)
     return 0
 
 

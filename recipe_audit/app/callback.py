@@ -207,6 +207,12 @@ class RecipeAuditCallback(Callback):
         except OptionError as exc:
             _stop(str(exc))
 
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if _rank() == 0 and getattr(self, "_uri", None):  # which store the run went to
+            from recipe_audit.release.sweep import print_store
+
+            print_store(self._uri)
+
     # -- the multirun ------------------------------------------------------------------------------
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -366,6 +372,9 @@ class RecipeAuditCallback(Callback):
         tracking.end_sweep(sweep)
         if self.card_on_multirun_end:
             self._cards(sweep, config)
+        from recipe_audit.release.sweep import print_store
+
+        print_store(sweep.tracking_uri)
         failed = tracking.failed_reruns(sweep, kind=self.run_kind)
         if failed:
             many = len({r for _, r, _ in failed}) > 1
@@ -377,7 +386,7 @@ class RecipeAuditCallback(Callback):
     def _cards(self, sweep, config: DictConfig) -> None:
         from recipe_audit.cards.model import CardError
         from recipe_audit.cards.summary import summary_markdown
-        from recipe_audit.release.sweep import cards_for_sweep
+        from recipe_audit.release.sweep import cards_for_sweep, publish_cards
         from recipe_audit.store import tracking
 
         opts = self.card_options(config)
@@ -392,6 +401,7 @@ class RecipeAuditCallback(Callback):
                 _stop(f"no card for metric '{metric}' of sweep {sweep.sweep_id}: {exc}")
         # the verdict where the runs table shows it: on the sweep's own row
         tracking.tag_sweep_with_cards(sweep, [e.to_json() for d in docs for e in d.cells], summary_markdown(docs))
+        publish_cards(sweep.tracking_uri, sweep.experiment_name, docs)  # and first on the experiment's page
 
     # -- every job, in the job's own process --------------------------------------------------------
 

@@ -109,6 +109,9 @@ def cmd_attach(a: argparse.Namespace) -> int:
                if int(c.get("family_size") or 1) > 1 else "")
         print(f"  {c['audit_set']} τ = {float(c['tau']):g}: {c['verdict']} "
               f"({c['n_failures'] or '—'}/{c['n_reruns']}, U = {u}{fam}) -> {c['card_uri']}")
+    from recipe_audit.release.sweep import print_store
+
+    print_store(uri)
     return 0
 
 

@@ -1,16 +1,21 @@
-"""Cards at the end of a multirun (called by the Hydra callback): from the tracking store."""
+"""Cards at the end of a multirun (called by the Hydra callback): from the tracking store; where
+people land afterwards (the experiment's description, the store's URI)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.files import render_files
 from recipe_audit.cards.model import CardOptions
 from recipe_audit.cards.summary import print_card_summary
+from recipe_audit.errors import first_line
 from recipe_audit.release.compute import CardRequest, compute_card
 from recipe_audit.store import artifacts
 from recipe_audit.store.cards import log_card_runs, ui_experiment_link
+from recipe_audit.store.experiment_note import publish_experiment_note
+from recipe_audit.store.uris import store_lines
 
 
 def cards_for_sweep(sweep, metric: str, opts: CardOptions, sweep_dir: Path | None = None,
@@ -24,9 +29,28 @@ def cards_for_sweep(sweep, metric: str, opts: CardOptions, sweep_dir: Path | Non
     run_ids = log_card_runs(doc.to_json(), sweep.tracking_uri, sweep.experiment_name)
     print_card_summary(doc, files)
     print(f"Card runs in MLflow: {', '.join(run_ids)}")
-    exp_id = artifacts.experiment_id(sweep.tracking_uri, sweep.experiment_name)
-    if exp_id is not None:  # the runs table, in the model-training view
-        print(f"In the MLflow UI: {ui_experiment_link(sweep.tracking_uri, exp_id)}")
     return doc
+
+
+def publish_cards(tracking_uri: str, experiment: str, docs: list[RecipeCard]) -> None:
+    """Where people land: the verdicts of ``docs`` first in the experiment's description (the
+    top of every view of it in MLflow's UI), then print the link to its runs table. A store that
+    refuses the description gets a warning on stderr: the cards are logged already."""
+    entries = [e for d in docs for e in d.to_json()["cells"]]
+    try:
+        publish_experiment_note(tracking_uri, experiment, entries)
+    except Exception as exc:  # noqa: BLE001 - the card runs hold the cards; the description is a pointer
+        print(f"recipe_audit: warning: the experiment's description was not updated ({first_line(exc, 200)})",
+              file=sys.stderr)
+    exp_id = artifacts.experiment_id(tracking_uri, experiment)
+    if exp_id is not None:  # the runs table, in the model-training view
+        print(f"In the MLflow UI: {ui_experiment_link(tracking_uri, exp_id)}")
+
+
+def print_store(tracking_uri: str) -> None:
+    """The end of a command that wrote to a store: which store, and the line that points
+    ``mlflow ui``, ``MlflowClient()`` and the docs' snippets at it."""
+    for line in store_lines(tracking_uri):
+        print(line)
 
 

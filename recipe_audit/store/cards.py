@@ -36,13 +36,13 @@ def ui_experiment_path(experiment_id: str) -> str:
 
 def ui_experiment_link(tracking_uri: str, experiment_id: str) -> str:
     """:func:`ui_experiment_path` as a person opens it: on a tracking server, its full address;
-    on a local store, the ``mlflow ui`` command first."""
-    from recipe_audit.store.uris import mask_credentials
+    on a local store, the ``mlflow ui`` command first (:func:`recipe_audit.store.uris.ui_command`)."""
+    from recipe_audit.store.uris import mask_credentials, ui_command
 
     path = ui_experiment_path(experiment_id)
     if tracking_uri.startswith(("http://", "https://")):
         return f"{mask_credentials(tracking_uri).rstrip('/')}/{path}"
-    return f"mlflow ui --backend-store-uri {mask_credentials(tracking_uri)}, then http://127.0.0.1:5000/{path}"
+    return f"{ui_command(tracking_uri)}, then http://127.0.0.1:5000/{path}"
 
 
 def log_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str) -> list[str]:

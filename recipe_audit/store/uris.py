@@ -59,3 +59,62 @@ def without_credentials(uri: str) -> str:
     'http://127.0.0.1:5000/api'
     """
     return _USERINFO.sub(lambda m: m.group("scheme"), uri)
+
+
+def absolute_uri(uri: str, cwd: str | None = None) -> str:
+    """``uri`` with a relative local path made absolute (against ``cwd``, default the working
+    directory), so that it names the same store from anywhere: ``sqlite:///mlruns/mlflow.db`` ->
+    ``sqlite:////<cwd>/mlruns/mlflow.db``, a bare path -> its absolute path. Servers, databases
+    and absolute paths come back unchanged.
+
+    >>> absolute_uri("sqlite:///mlruns/mlflow.db", cwd="/repo")
+    'sqlite:////repo/mlruns/mlflow.db'
+    >>> absolute_uri("sqlite:////tmp/s/mlflow.db", cwd="/repo")
+    'sqlite:////tmp/s/mlflow.db'
+    >>> absolute_uri("http://127.0.0.1:5000", cwd="/repo")
+    'http://127.0.0.1:5000'
+    """
+    import os
+
+    base = cwd or os.getcwd()
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        rest = uri[len("sqlite:///"):]
+        if rest and not rest.startswith(":memory:"):
+            return "sqlite:///" + os.path.normpath(os.path.join(base, rest))
+        return uri
+    if "://" not in uri and not uri.startswith("file:") and not os.path.isabs(uri):
+        return os.path.normpath(os.path.join(base, uri))
+    return uri
+
+
+def store_lines(uri: str) -> list[str]:
+    """What the end of a command that wrote to a tracking store prints: the store's absolute URI
+    and the line that points ``mlflow ui``, a plain ``MlflowClient()`` and the docs' snippets at
+    it. A password in the URI is masked, and the export line says so.
+
+    >>> for line in store_lines("sqlite:////repo/mlruns/mlflow.db"): print(line)
+    Tracking store: sqlite:////repo/mlruns/mlflow.db
+      export MLFLOW_TRACKING_URI=sqlite:////repo/mlruns/mlflow.db
+    >>> store_lines("http://u:pw@host:5000")[1]
+    "  export MLFLOW_TRACKING_URI='http://u:***@host:5000'   # with the password in place of ***"
+    """
+    import shlex
+
+    shown = mask_credentials(absolute_uri(uri))
+    export = f"  export MLFLOW_TRACKING_URI={shlex.quote(shown)}"
+    if shown != absolute_uri(uri):
+        export += "   # with the password in place of ***"
+    return [f"Tracking store: {shown}", export]
+
+
+def ui_command(uri: str) -> str:
+    """The ``mlflow ui`` command for a local store: the whole URI, without MLflow's job runner
+    (seven more processes that slow its start and outlive it), one worker.
+
+    >>> ui_command("sqlite:////repo/mlruns/mlflow.db")
+    'MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow ui --workers 1 --backend-store-uri sqlite:////repo/mlruns/mlflow.db'
+    """
+    import shlex
+
+    return ("MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow ui --workers 1 --backend-store-uri "
+            + shlex.quote(mask_credentials(absolute_uri(uri))))

@@ -1,0 +1,129 @@
+"""The experiment's own description in MLflow (``mlflow.note.content``): a short block of the
+latest cards' verdicts, kept between two markers so that text a person wrote is kept and the
+block is replaced, never appended, when a card is logged again.
+
+MLflow 3's UI shows an experiment's description at the top of every view of it, the GenAI
+overview it opens on by default included, folded to its first line: the block goes first, one
+line per card, the verdict first.
+
+>>> rows = [{"recipe": "default", "metric": "accuracy/calibration", "tau": 0.7, "k": 6, "n": 59,
+...          "upper_bound": 0.1717, "verdict": "unsupported", "time": "2026-12-02 08:10 UTC"}]
+>>> block = note_block(rows, "#/experiments/1/runs?workflowType=machine_learning")
+>>> print(with_block("My notes.", block))  # doctest: +NORMALIZE_WHITESPACE
+<!-- recipe_audit cards: begin; rewritten whenever a card is logged, text outside the markers is kept -->
+- **unsupported** · recipe `default` · accuracy/calibration · τ 0.7 · 6/59 failed · U 0.172 · 2026-12-02 08:10 UTC
+<BLANKLINE>
+The latest recipe cards, by recipe_audit; the card runs are in [the runs table](#/experiments/1/runs?workflowType=machine_learning).
+<!-- recipe_audit cards: end -->
+<BLANKLINE>
+My notes.
+>>> again = with_block(with_block("My notes.", block), block)
+>>> again.count(NOTE_BEGIN), again.endswith("My notes.")
+(1, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+NOTE_BEGIN = "<!-- recipe_audit cards: begin; rewritten whenever a card is logged, text outside the markers is kept -->"
+NOTE_END = "<!-- recipe_audit cards: end -->"
+MAX_ROWS = 8  # one line per card; the card runs hold the rest
+MAX_NOTE = 5000  # MLflow's experiment tag values
+
+
+def headline(entry: Mapping[str, Any]) -> tuple[str, str | None, float | None]:
+    """The verdict a card leads with, how it reads, and its U: the anytime verdict for an
+    open-ended sweep, the family-wise verdict for a recipe chosen among several, else the
+    pointwise verdict (reading None)."""
+    anytime = entry.get("anytime") or {}
+    if anytime.get("verdict"):
+        return anytime["verdict"], "anytime", anytime.get("upper_bound")
+    family = entry.get("family") or {}
+    if family.get("verdict") and int(family.get("size") or 1) > 1:
+        return family["verdict"], "family-wise", family.get("upper_bound")
+    return entry["verdict"], None, entry.get("upper_bound")
+
+
+def note_rows(entries: Iterable[Mapping[str, Any]], when: str) -> list[dict[str, Any]]:
+    """One row per card entry (a card's JSON ``cells``): what a line of the block says, at time
+    ``when``."""
+    rows = []
+    for e in entries:
+        verdict, reading, upper = headline(e)
+        rows.append({"recipe": str(e.get("label") or e.get("recipe_id") or ""), "recipe_id": e.get("recipe_id"),
+                     "group": sorted((e.get("group") or {}).items()),
+                     "metric": str(e.get("audit_set") or e.get("metric") or ""), "tau": float(e["tau"]),
+                     "k": e.get("n_failures"), "n": e.get("n_reruns"), "upper_bound": upper, "verdict": verdict,
+                     "reading": reading, "pointwise": e["verdict"] if reading else None, "time": when})
+    return rows
+
+
+def _key(row: Mapping[str, Any]) -> tuple:
+    return (row.get("recipe_id") or row.get("recipe"), str(row.get("group")), row.get("metric"), row.get("tau"))
+
+
+def merge_rows(new: Sequence[Mapping[str, Any]], old: Iterable[Mapping[str, Any]],
+               limit: int = MAX_ROWS) -> list[dict[str, Any]]:
+    """The latest row per (recipe, metric, τ): the new rows first, then the old ones they do not
+    replace, at most ``limit``.
+
+    >>> a = {"recipe": "r", "metric": "m", "tau": 0.7, "verdict": "unsupported"}
+    >>> b = {"recipe": "r", "metric": "m", "tau": 0.8, "verdict": "unsupported"}
+    >>> [r["verdict"] for r in merge_rows([{**a, "verdict": "release-supported"}], [a, b])]
+    ['release-supported', 'unsupported']
+    """
+    seen, out = set(), []
+    for row in [*new, *old]:
+        if _key(row) not in seen and len(out) < limit:
+            seen.add(_key(row))
+            out.append(dict(row))
+    return out
+
+
+def note_line(row: Mapping[str, Any]) -> str:
+    """One card in a line, verdict first (the UI folds the description to its first line)."""
+    verdict = f"**{row['verdict']}**"
+    if row.get("reading"):
+        verdict += f" ({row['reading']}; pointwise {row.get('pointwise')})"
+    recipe = str(row.get("recipe") or "").replace("`", "'")
+    k, n = row.get("k"), row.get("n")
+    u = row.get("upper_bound")
+    parts = [verdict, f"recipe `{recipe}`", str(row.get("metric") or ""), f"τ {float(row['tau']):g}",
+             f"{'—' if k is None else k}/{n} failed", f"U {'—' if u is None else f'{float(u):.3f}'}",
+             str(row.get("time") or "")]
+    return "- " + " · ".join(p for p in parts if p)
+
+
+def note_block(rows: Sequence[Mapping[str, Any]], runs_link: str | None) -> str:
+    """The block, markers included: one line per card, then where the card runs are."""
+    lines = [NOTE_BEGIN, *(note_line(r) for r in rows), ""]
+    where = f"[the runs table]({runs_link})" if runs_link else "the experiment's runs table"
+    lines += [f"The latest recipe cards, by recipe_audit; the card runs are in {where}.", NOTE_END]
+    return "\n".join(lines)
+
+
+def with_block(previous: str | None, block: str) -> str:
+    """``previous`` with its block replaced by ``block`` (where it was), or ``block`` put first
+    when it has none; the rest of ``previous`` is kept as written. A text with a begin marker
+    and no end marker after it (hand-edited) keeps everything: the block goes first again."""
+    previous = previous or ""
+    i = previous.find(NOTE_BEGIN)
+    j = previous.find(NOTE_END, i + 1) if i >= 0 else -1
+    if i >= 0 and j >= 0:
+        return previous[:i] + block + previous[j + len(NOTE_END):]
+    rest = previous.strip("\n")
+    return block + ("\n\n" + rest if rest else "")
+
+
+def fit(previous: str | None, rows: Sequence[Mapping[str, Any]], runs_link: str | None,
+        limit: int = MAX_NOTE) -> str:
+    """:func:`with_block` with as many rows as keep the description within ``limit``
+    characters; the person's own text is never cut (with no room, the block has no rows)."""
+    rows = list(rows)
+    while True:
+        text = with_block(previous, note_block(rows, runs_link))
+        if len(text) <= limit or not rows:
+            return text
+        rows.pop()
