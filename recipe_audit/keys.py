@@ -32,6 +32,10 @@ TAG_SLURM_JOB_ID = PREFIX + "slurm_job_id"  # on a rerun run by SLURM: $SLURM_JO
 # rerun of the built-in trainer: the threads it trained on
 TAG_THREADS = PREFIX + "threads"
 TAG_THREADS_REASON = PREFIX + "threads_reason"
+# on a rerun: the CUDA_VISIBLE_DEVICES it ran with, when the sweep placed its reruns on GPUs; on the
+# sweep parent: the logged line saying how (recipe_audit/app/devices.py). Never on a machine without GPUs
+TAG_DEVICES = PREFIX + "devices"
+TAG_DEVICES_REASON = PREFIX + "devices_reason"
 TAG_SWEEP_RUN_ID = PREFIX + "sweep_run_id"  # on a card run: the sweep parent it belongs to
 TAG_PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag
 # on the sweep parent of a curtailing sweep (recipe_audit/app/sweepers.py): the JSON record of where each

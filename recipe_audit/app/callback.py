@@ -117,7 +117,8 @@ class RecipeAuditCallback(Callback):
                  eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, seed_key: str = "seed",
                  identity_exclude: Sequence[str] = (), experiment_name: str | None = None,
                  tracking_uri: str | None = None, unfinished: str = "fail", resume: bool = False,
-                 card_on_multirun_end: bool = True, threads: Any = None, _target_: str | None = None) -> None:
+                 card_on_multirun_end: bool = True, threads: Any = None, devices: Any = "auto",
+                 reruns_per_gpu: Any = 1, _target_: str | None = None) -> None:
         metrics = [metric] if isinstance(metric, str) else list(metric or [])
         self.metrics = [str(m) for m in metrics]
         self.higher_is_better = bool(higher_is_better)
@@ -132,6 +133,7 @@ class RecipeAuditCallback(Callback):
         self.card_on_multirun_end = bool(card_on_multirun_end)
         self.threads = threads  # None: the app's own business; "auto" or a number: see _decide_threads
         self._threads_env: tuple[bool, str | None] | None = None  # $RECIPE_AUDIT_THREADS before the sweep
+        self.devices, self.reruns_per_gpu = devices, reruns_per_gpu  # GPUs per rerun: see _place_devices
         self.sweep = None
         self._job: _Job | None = None
         self._uri: str | None = None
@@ -241,10 +243,11 @@ class RecipeAuditCallback(Callback):
                     self.on_multirun_end(config)
                 sys.exit(0)
             _set_seeds(config, self.seed_key, left)
+        placed = self._place_devices(config)  # before threads: under Ray it sets the GPUs a task takes
         decided = self._decide_threads(config)  # in every process of an accelerate launch: its own jobs
         if _rank() != 0:
             return
-        tags = decided_tags(decided)
+        tags = {**decided_tags(decided), **_devices().parent_tags(placed)}
         if sweep is None:
             sweep = tracking.start_sweep(store, seeds, sweep_dir, overrides, tags=tags)
         elif tags:
@@ -293,9 +296,27 @@ class RecipeAuditCallback(Callback):
         os.environ[threads.ENV] = str(decided.threads)
         return decided
 
+    def _place_devices(self, config: DictConfig):
+        """The GPUs of every rerun, decided once, now (recipe_audit/app/devices.py), logged in one
+        line and handed to the jobs as ``$RECIPE_AUDIT_DEVICES``; nothing on a machine without GPUs."""
+        devices = _devices()
+        try:
+            try:
+                n_jobs = len(planned_seeds(config, self.seed_key)) * (_n_recipes(config, self.seed_key) or 1)
+            except OptionError:
+                n_jobs = None
+            placed = devices.decide(config, n_jobs, self.devices, self.reruns_per_gpu)
+        except devices.DevicesError as exc:
+            _stop(str(exc))
+        if placed.reason and _rank() == 0:
+            log.info("%s", placed.line())
+        devices.hand_to_jobs(placed)
+        return placed
+
     def _restore_threads_env(self) -> None:
         from recipe_audit.app import threads
 
+        _devices().restore()
         saved, self._threads_env = self._threads_env, None
         if saved is None:
             return
@@ -434,6 +455,7 @@ class RecipeAuditCallback(Callback):
         from recipe_audit.store import tracking
 
         const = self._job_constants(config)
+        placed = _devices().for_job(const["sweep_dir"])  # CUDA_VISIBLE_DEVICES, before the task runs
         store = tracking.open_store(const["uri"], const["experiment"])
         tracking.check_store_file(store.uri)
         sweep = tracking.current_sweep(Path(const["sweep_dir"])) if const["multirun"] else None
@@ -458,6 +480,7 @@ class RecipeAuditCallback(Callback):
                 tags[tag] = _select_str(resolved, path)
         if os.environ.get("SLURM_JOB_ID"):
             tags[keys.TAG_SLURM_JOB_ID] = os.environ["SLURM_JOB_ID"]
+        tags.update(placed)
         if sweep is not None:
             tags[keys.TAG_SWEEP_ID] = sweep.sweep_id
             tags[keys.TAG_PARENT] = sweep.parent_run_id
@@ -569,6 +592,12 @@ class RecipeAuditCallback(Callback):
             bad = [t for t in self.taus if (v < t if self.higher_is_better else v > t)]
             parts.append(f"{m}={v:.3f}" + (f", fails the bar τ = {', '.join(f'{t:g}' for t in bad)}" if bad else ""))
         log.info("%s: %s (%.1fs) run %s", job.label, "; ".join(parts), secs, job.rerun.run_id)
+
+
+def _devices():
+    from recipe_audit.app import devices
+
+    return devices
 
 
 def decided_tags(decided) -> dict[str, str]:

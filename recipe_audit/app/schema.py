@@ -48,6 +48,13 @@ class RecipeAuditCallbackConfig:
     # as $RECIPE_AUDIT_THREADS (the built-in app passes its `threads` option); a number is recorded
     # as it is; None (the default in other apps) decides nothing
     threads: Any = None
+    # the GPUs the sweep places its reruns on (recipe_audit/app/devices.py), decided once when the
+    # multirun starts, logged, handed to the jobs as $RECIPE_AUDIT_DEVICES, tagged on each rerun as
+    # recipe_audit.devices: "auto" takes $CUDA_VISIBLE_DEVICES, else nvidia-smi's GPUs (none: nothing
+    # happens); a list ([0,1]) names them; "none" places nothing
+    devices: Any = "auto"
+    # reruns that share one GPU (small models): k to a GPU; 1 gives each rerun GPUs of its own
+    reruns_per_gpu: int = 1
 
 
 def register() -> None:

@@ -10,7 +10,8 @@ own load would flip. The rule::
 * free CPUs: those less the 1-minute load average rounded to whole CPUs (a share of the load when
   the process may use only some of the machine's CPUs: the load average counts them all);
 * reruns at once: the launcher's (basic and seeds launchers 1; local_parallel/joblib ``n_jobs``;
-  submitit's local executor every job of a batch; Ray the CPUs over ``ray.remote.num_cpus``), at
+  submitit's local executor every job of a batch; Ray the CPUs over ``ray.remote.num_cpus``, and
+  the GPUs over ``ray.remote.num_gpus`` when reruns take GPUs: recipe_audit/app/devices.py), at
   most the sweep's job count, times ``$LOCAL_WORLD_SIZE`` processes per rerun under accelerate.
   A SLURM job has CPUs of its own: its ``cpus_per_task``, whatever the submitting host's load.
   An unknown launcher keeps one thread a rerun.
@@ -150,6 +151,10 @@ def launcher_jobs(config: Any, cpus: int, n_jobs: int | None) -> tuple[int | Non
         per = float(_select(config, "hydra.launcher.ray.remote.num_cpus") or 1)
         ray_cpus = _select(config, "hydra.launcher.ray.init.num_cpus") or cpus
         at_once = max(1, int(float(ray_cpus) // per))
+        gpus_each = _select(config, "hydra.launcher.ray.remote.num_gpus")  # both set by devices.decide on GPUs
+        ray_gpus = _select(config, "hydra.launcher.ray.init.num_gpus")
+        if gpus_each and ray_gpus:
+            at_once = min(at_once, max(1, int(float(ray_gpus) // float(gpus_each))))
         name = "ray"
     elif "basiclauncher" in low or "seedlauncher" in low:
         at_once = 1
