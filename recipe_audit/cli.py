@@ -18,10 +18,10 @@ from pathlib import Path
 from recipe_audit import keys
 from recipe_audit.commands.args import (
     TRACKING_URI_HELP,
+    budget_eps,
     count,
     failures,
     finite,
-    probability,
     reruns,
     risk,
     whole,
@@ -47,18 +47,19 @@ def build_parser() -> argparse.ArgumentParser:
                                    "in N reruns. Counts go up to 10^15.")
     b.add_argument("--failures", "-k", type=failures, required=True, help="failed reruns k (0 <= k <= N)")
     b.add_argument("--reruns", "-n", type=reruns, required=True, help="reruns N (1 to 10^15)")
-    b.add_argument("--eps", type=probability, default=DEFAULT_EPS,
+    b.add_argument("--eps", type=budget_eps, default=DEFAULT_EPS,
                    help=f"failure budget ε, strictly between 0 and 1 (default {DEFAULT_EPS:.2f})")
     b.add_argument("--delta", type=risk, default=DEFAULT_DELTA,
                    help=f"statistical risk δ, strictly between 0 and 0.5 (default {DEFAULT_DELTA:.2f})")
     b.add_argument("--family-size", type=whole(1, 10**15, "10^15"), default=None, metavar="M",
                    help="the recipe was chosen from M recipe identities (a grid, the best of several): "
-                        "also state the family-wise bounds at risk δ/M, its floor and verdict, which hold "
-                        "whichever recipe was chosen")
+                        "the family-wise bounds at risk δ/M, floor and verdict lead (they hold whichever "
+                        "recipe was chosen; --json: the top-level keys), the pointwise ones follow "
+                        "(--json: under 'pointwise')")
     b.add_argument("--anytime", action="store_true",
-                   help="the reruns come from a sweep that added seeds until the card looked good: also "
-                        "state the confidence sequence's bounds U_n and L_n (valid at every N at once), its "
-                        "floor and verdict")
+                   help="the reruns come from a sweep that added seeds until the card looked good: the "
+                        "confidence sequence's bounds U_n and L_n (valid at every N at once), floor and verdict "
+                        "lead (--json: the top-level keys), the pointwise ones follow (--json: under 'pointwise')")
     b.add_argument("--json", action="store_true", help="print one JSON object")
 
     c = sub.add_parser("card", help="compute recipe cards from an MLflow experiment")
@@ -80,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"release bar(s) τ; several give a grid (default {' '.join(f'{x:g}' for x in DEFAULT_TAUS)}); for the accuracy metrics "
                         "(accuracy/AUDIT) τ must lie in [0, 1]; a τ beyond every value the reruns "
                         "logged is allowed and noted")
-    c.add_argument("--eps", type=probability, default=DEFAULT_EPS,
+    c.add_argument("--eps", type=budget_eps, default=DEFAULT_EPS,
                    help=f"failure budget ε, strictly between 0 and 1 (default {DEFAULT_EPS:.2f})")
     c.add_argument("--delta", type=risk, default=DEFAULT_DELTA,
                    help=f"statistical risk δ, strictly between 0 and 0.5 (default {DEFAULT_DELTA:.2f})")
@@ -127,50 +128,74 @@ SPLITS_MAX = 100_000
 BOOTSTRAP_MAX = 100_000
 
 
+def _bounds_text(upper: float, lower: float, eps: float, verdict: str, u: str = "U", lo: str = "L") -> str:
+    """``U = …, L = …`` printed so that neither reads on the other side of ε than the verdict says."""
+    from recipe_audit.stats.exact import STRONG_UNSUPPORTED, SUPPORTED, shown_beside
+
+    return (f"{u} = {shown_beside(upper, eps, above=verdict != SUPPORTED)}, "
+            f"{lo} = {shown_beside(lower, eps, above=verdict == STRONG_UNSUPPORTED)}")
+
+
 def cmd_bound(a: argparse.Namespace) -> int:
     from recipe_audit.stats.exact import tail_bound  # pure Python: no NumPy, SciPy or pandas to import
+    from recipe_audit.stats.options import check_budget
 
     if a.family_size is not None and a.anytime:
         raise ValueError("Give --family-size or --anytime, not both: a bound reads either a recipe chosen "
                          "from a family or an open-ended sweep.")
+    check_budget(a.eps, a.delta, a.family_size, a.anytime)
     tb = tail_bound(a.failures, a.reruns, a.eps, a.delta)
-    out = {"upper_bound": tb.upper, "lower_bound": tb.lower, "sample_floor": tb.sample_floor,
-           "verdict": tb.verdict, "more_clean_reruns_needed": tb.more_clean_reruns_needed,
-           "failures": tb.k, "reruns": tb.n, "eps": tb.eps, "delta": tb.delta}
-    lead = ""
-    if a.family_size is not None:
+    pointwise = {"upper_bound": tb.upper, "lower_bound": tb.lower, "sample_floor": tb.sample_floor,
+                 "verdict": tb.verdict, "more_clean_reruns_needed": tb.more_clean_reruns_needed}
+    counts = {"failures": tb.k, "reruns": tb.n, "eps": tb.eps, "delta": tb.delta}
+    more = tb.more_clean_reruns_needed
+    pw_line = (f"upper bound {_bounds_text(tb.upper, tb.lower, tb.eps, tb.verdict).replace(', L', ', lower bound L')}, "
+               f"sample floor N_min = {tb.sample_floor}")
+    if a.family_size is None and not a.anytime:
+        out = {**pointwise, **counts}
+        text = (f"  {pw_line}\n  verdict: {tb.verdict}"
+                + (f" ({more} more clean reruns would make it release-supported)" if more else ""))
+    elif a.family_size is not None:
         from recipe_audit.stats.family import family_tail_bound  # pure Python, like tail_bound
 
         fb = family_tail_bound(a.failures, a.reruns, a.eps, a.delta, a.family_size)
-        out["family"] = {"size": fb.family_size, "delta": fb.family_delta, "upper_bound": fb.upper,
-                         "lower_bound": fb.lower, "sample_floor": fb.sample_floor, "verdict": fb.verdict,
-                         "more_clean_reruns_needed": fb.more_clean_reruns_needed}
-        lead = (f"  chosen from a family of M = {fb.family_size} recipes, each bounded at δ/M = {fb.family_delta:.4g}: "
-                f"U = {fb.upper:.4g}, L = {fb.lower:.4g}, family-wise floor {fb.sample_floor}\n"
+        # what was asked for leads: the family-wise reading at the top, the pointwise one beside it
+        out = {"upper_bound": fb.upper, "lower_bound": fb.lower, "sample_floor": fb.sample_floor,
+               "verdict": fb.verdict, "more_clean_reruns_needed": fb.more_clean_reruns_needed,
+               **counts, "reading": "family-wise",
+               "family": {"size": fb.family_size, "delta": fb.family_delta, "upper_bound": fb.upper,
+                          "lower_bound": fb.lower, "sample_floor": fb.sample_floor, "verdict": fb.verdict,
+                          "more_clean_reruns_needed": fb.more_clean_reruns_needed},
+               "pointwise": pointwise}
+        fmore = fb.more_clean_reruns_needed
+        text = (f"  chosen from a family of M = {fb.family_size} recipes, each bounded at δ/M = {fb.family_delta:.4g}: "
+                f"{_bounds_text(fb.upper, fb.lower, tb.eps, fb.verdict)}, family-wise floor {fb.sample_floor}\n"
                 f"  family-wise verdict: {fb.verdict}"
-                + (f" ({fb.more_clean_reruns_needed} more clean reruns would make it release-supported)"
-                   if fb.more_clean_reruns_needed and fb.verdict != "release-supported" else "")
+                + (f" ({fmore} more clean reruns would make it release-supported)"
+                   if fmore and fb.verdict != "release-supported" else "")
                 + "; it holds whichever of the M recipes was chosen, the pointwise verdict below only "
                   "for a recipe fixed before the others were looked at\n")
-    if a.anytime:
+    else:
         from recipe_audit.stats.anytime import ANYTIME_RULE, anytime_bound  # pure Python, like tail_bound
 
         ab = anytime_bound(a.failures, a.reruns, a.eps, a.delta)
-        out["anytime"] = {"upper_bound": ab.upper, "lower_bound": ab.lower, "sample_floor": ab.sample_floor,
-                          "verdict": ab.verdict, "method": ab.method, "rule": ANYTIME_RULE}
-        lead = (f"  read as an open-ended sweep (seeds added until the card looked good): confidence "
-                f"sequence U_n = {ab.upper:.4g}, L_n = {ab.lower:.4g}, anytime floor {ab.sample_floor}\n"
+        out = {"upper_bound": ab.upper, "lower_bound": ab.lower, "sample_floor": ab.sample_floor,
+               "verdict": ab.verdict, **counts, "reading": "anytime",
+               "anytime": {"upper_bound": ab.upper, "lower_bound": ab.lower, "sample_floor": ab.sample_floor,
+                           "verdict": ab.verdict, "method": ab.method, "rule": ANYTIME_RULE},
+               "pointwise": pointwise}
+        text = (f"  read as an open-ended sweep (seeds added until the card looked good): confidence "
+                f"sequence {_bounds_text(ab.upper, ab.lower, tb.eps, ab.verdict, 'U_n', 'L_n')}, "
+                f"anytime floor {ab.sample_floor}\n"
                 f"  anytime verdict: {ab.verdict}; it holds however often the card was read, the pointwise "
                 "verdict below only for an N fixed before the sweep\n")
+    if a.family_size is not None or a.anytime:
+        text += (f"  pointwise: {pw_line}\n  pointwise verdict: {tb.verdict}"
+                 + (f" ({more} more clean reruns would make it release-supported)" if more else ""))
     if a.json:
         print(json.dumps(out))
     else:
-        print(f"{tb.k} failures in {tb.n} reruns, ε = {tb.eps}, δ = {tb.delta}:\n" + lead
-              + ("  pointwise: " if lead else "  ")
-              + f"upper bound U = {tb.upper:.4g}, lower bound L = {tb.lower:.4g}, "
-              f"sample floor N_min = {tb.sample_floor}\n  {'pointwise ' if lead else ''}verdict: {tb.verdict}"
-              + (f" ({tb.more_clean_reruns_needed} more clean reruns would make it release-supported)"
-                 if tb.more_clean_reruns_needed else ""))
+        print(f"{tb.k} failures in {tb.n} reruns, ε = {tb.eps}, δ = {tb.delta}:\n" + text)
     return 0
 
 

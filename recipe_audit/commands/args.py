@@ -52,10 +52,32 @@ def whole(minimum: int = 0, maximum: int | None = None, maximum_text: str | None
     return number(lambda v: v >= minimum and (maximum is None or v <= maximum), requirement, integer=True)
 
 
+def audit_option(option: str) -> Callable[[str], object]:
+    """A parser for an audit option (``eps``, ``delta``, ``family_size``) checked by the one
+    validator every door uses (:mod:`recipe_audit.stats.options`): the same requirement in the same
+    words as in Python and in Hydra. ``eps`` and ``delta`` keep the decimal typed
+    (``--delta 0.31381059609`` is 31381059609/10**11 exactly, not the nearest simple fraction)."""
+    from recipe_audit.stats.options import REQUIREMENTS, OptionError, check_option
+
+    integer = option == "family_size"
+    first = number(integer=integer)
+
+    def parse(text: str):
+        first(text)  # not a number, not finite: argparse's words
+        try:
+            return check_option(option, text.strip() if not integer else int(text))
+        except OptionError:
+            raise argparse.ArgumentTypeError(f"{shown(text, 30)} {REQUIREMENTS[option]}") from None
+
+    return parse
+
+
 finite = number()
 probability = number(lambda v: 0 < v < 1, "must lie strictly between 0 and 1")
+#: The failure budget ε, strictly between 0 and 1, as typed.
+budget_eps = audit_option("eps")
 #: The statistical risk δ: a one-sided bound at confidence below one half is not a bound.
-risk = number(lambda v: 0 < v < 0.5, "must lie strictly between 0 and 0.5 (one-sided bounds need delta < 0.5)")
+risk = audit_option("delta")
 positive = number(lambda v: v > 0, "must be a positive number")
 count = number(lambda v: v >= 0, "is negative", integer=True)
 failures = whole(0, MAX_RERUNS, "10^15")

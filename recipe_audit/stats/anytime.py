@@ -104,7 +104,9 @@ def _log_m_up(k: int, n: int, p: float) -> float:
         try:  # P(X >= k + 1) = 1 - P(X <= k) for X ~ Binomial(n + 1, p), whose mean exceeds k
             log_tail = math.log(-math.expm1(exact._log_cdf(k, n + 1, p)))
         except exact._TooLong:
-            log_tail = math.log(float(exact._special().bdtrc(float(k), float(n + 1), p)))
+            # I_p(k + 1, n + 1 - k); SciPy's bdtrc takes n as a C int and gives NaN above 2**31 - 1
+            log_tail = math.log(exact.finite(float(exact._special().betainc(float(k + 1), float(n + 1 - k), p)),
+                                             f"The confidence sequence for {k} failures in {n} reruns"))
     return log_tail - math.log(n + 1) - math.log(p) - _log_pmf(k, n, p)
 
 
@@ -116,7 +118,8 @@ def _log_m_lo(k: int, n: int, p: float) -> float:
         try:  # P(X <= k) = 1 - P(X >= k + 1) for X ~ Binomial(n + 1, p), whose mean is below k + 1
             log_tail = math.log(-math.expm1(exact._log_sf(k + 1, n + 1, p)))
         except exact._TooLong:
-            log_tail = math.log(float(exact._special().bdtr(float(k), float(n + 1), p)))
+            log_tail = math.log(exact.finite(float(exact._special().betaincc(float(k + 1), float(n + 1 - k), p)),
+                                             f"The confidence sequence for {k} failures in {n} reruns"))
     return log_tail - math.log(n + 1) - math.log1p(-p) - _log_pmf(k, n, p)
 
 
@@ -294,8 +297,9 @@ def anytime_bound(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> AnytimeBound:
     floor = _check_floor(e, d)
     upper, lower = _bounds(k_i, n_i, d)
     pw = exact.tail_bound(k_i, n_i, e, d)
-    return AnytimeBound(k=k_i, n=n_i, eps=e, delta=d, upper=upper, lower=lower, sample_floor=floor,
-                        verdict=_verdict(k_i, n_i, e, d, floor), pointwise_upper=pw.upper,
+    v = _verdict(k_i, n_i, e, d, floor)
+    return AnytimeBound(k=k_i, n=n_i, eps=e, delta=d, upper=exact.capped(upper, e, v), lower=lower,
+                        sample_floor=floor, verdict=v, pointwise_upper=pw.upper,
                         pointwise_lower=pw.lower, pointwise_sample_floor=pw.sample_floor,
                         pointwise_verdict=pw.verdict)
 

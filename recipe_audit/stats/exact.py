@@ -8,9 +8,14 @@ answers in well under a second); the array versions live in :mod:`.bounds`.
 ``(1 - eps)**N <= delta``. It is computed in closed form, never by counting: the
 logarithms are taken in decimal arithmetic with enough digits for the integer part to be exact, and
 when the ratio is an integer up to that precision the comparison ``(1 - eps)**N <= delta`` is
-decided exactly, in rational arithmetic. ``eps`` and ``delta`` are taken at the simplest fractions
-their floating-point values stand for (``0.3`` is 3/10, ``0.49`` is 49/100, ``2**-50`` is 1/2**50),
-so an exact tie is a tie: ``sample_floor(0.3, 0.49) == 2`` because ``0.7**2 == 0.49``.
+decided exactly, in rational arithmetic. ``eps`` and ``delta`` are read as the numbers typed: a
+decimal given as text (the command line's ``--delta 0.31381059609``), a ``Fraction`` or a
+``Decimal`` exactly (:class:`Typed`); a float whose shortest decimal form has at most 15
+significant digits as that decimal (every such decimal comes back from its float unchanged, so
+``0.31381059609`` is 31381059609/10**11 however it arrived), any other float as the simplest
+fraction that rounds to it (``1/3`` is 1/3, ``2**-50`` is 1/2**50). So an exact tie is a tie:
+``sample_floor(0.3, 0.49) == 2`` because ``0.7**2 == 0.49``, and ``sample_floor(0.1, 0.9**11)``
+typed as ``0.31381059609`` is 11.
 
 **The bounds.** ``U`` is the ``1 - delta`` quantile of ``Beta(k + 1, n - k)``, i.e. the ``p`` with
 ``P(Binomial(n, p) <= k) = delta``; ``L`` is the ``delta`` quantile of ``Beta(k, n - k + 1)``, the
@@ -25,8 +30,10 @@ terms (``n`` in the hundreds of thousands with many failures) SciPy's incomplete
 are used instead.
 
 **The verdict** is decided on the same quantities: ``U <= eps`` is ``P(Binomial(n, eps) <= k) <=
-delta`` (for ``k = 0`` it is ``n >= N_min``, exactly), so the verdict, the floor and the number of
-further clean reruns always agree.
+delta`` (for ``k = 0`` it is ``n >= N_min``, exactly; for ``k >= 1`` a tail within rounding of
+``delta`` is summed again in rational arithmetic, so an exact tie certifies), and the verdict, the
+floor and the number of further clean reruns always agree. A tail that cannot be computed (a
+NaN from a library routine) is refused with one sentence, never read as a verdict.
 
 References: C. J. Clopper and E. S. Pearson (1934), Biometrika 26(4), 404-413; C. Loader (2000),
 "Fast and accurate computation of binomial probabilities".
@@ -133,8 +140,48 @@ def check_counts(k, n) -> tuple[int, int]:
     return k_i, n_i
 
 
+class Typed(float):
+    """A number that remembers the exact value it was given as: ``Typed("0.31381059609")`` is the
+    float nearest to it, and its :attr:`exact` is ``Fraction(31381059609, 10**11)``, the decimal
+    typed (text, a ``Fraction``, a ``Decimal`` or an ``int``). Arithmetic on it gives plain floats;
+    the floor and the verdict's ties read :attr:`exact` (:func:`rational`).
+
+    >>> d = Typed("0.31381059609")
+    >>> d == 0.31381059609, d.exact == Fraction(9, 10) ** 11, repr(d)
+    (True, True, '0.31381059609')
+    """
+
+    exact: Fraction
+
+    def __new__(cls, value):
+        if isinstance(value, Typed):
+            return value
+        if isinstance(value, str):
+            try:
+                frac = Fraction(value.strip().replace("_", ""))
+            except (ValueError, ZeroDivisionError):
+                raise StatsInputError(f"{_show(value)} is not a number.") from None
+        elif isinstance(value, float):
+            frac = rational(value)
+        else:
+            frac = Fraction(value)
+        self = super().__new__(cls, float(frac))
+        self.exact = frac
+        return self
+
+    def __reduce__(self):
+        return (Typed, (self.exact,))
+
+
 def _real(name: str, value, requirement: str) -> float:
     value = _scalar(name, value, "a single number")
+    if isinstance(value, Typed):
+        return value
+    if isinstance(value, (str, Decimal, Fraction)):
+        try:
+            return Typed(value)  # its float is checked: 1e-400 is 0.0, 0.99999999999999999 is 1.0
+        except (StatsInputError, ValueError, ArithmeticError):  # text that is no number, a Decimal NaN
+            raise StatsInputError(f"{name} must be a number {requirement}, got {_show(value)}.") from None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise StatsInputError(f"{name} must be a number {requirement}, got {_show(value)}.")
     return float(value)
@@ -176,13 +223,43 @@ def _simplest_between(lo: Fraction, hi: Fraction) -> Fraction:
 
 
 def rational(x: float) -> Fraction:
-    """The simplest fraction that rounds to the float ``x`` (``0.3`` -> 3/10), for ``0 < x < 1``."""
+    """The exact number ``x`` stands for, ``0 < x < 1``: a :class:`Typed` number's own value; for a
+    float, its shortest decimal form when that has at most 15 significant digits (``0.3`` -> 3/10,
+    ``0.31381059609`` -> 31381059609/10**11: every decimal of up to 15 digits comes back from its
+    float unchanged, so this is the decimal typed), else the simplest fraction that rounds to it
+    (``1/3`` -> 1/3, ``2**-50`` -> 1/2**50)."""
+    if isinstance(x, Typed):
+        return x.exact
+    return _rational_float(float(x))
+
+
+@lru_cache(maxsize=1024)
+def _rational_float(x: float) -> Fraction:
+    text = repr(x)
+    mantissa = text.split("e")[0].replace("-", "").replace(".", "").lstrip("0")
+    if len(mantissa) <= 15 and "inf" not in text and "nan" not in text:
+        return Fraction(text)
+    return _simplest(x)
+
+
+def _simplest(x: float) -> Fraction:
+    """The simplest fraction that rounds to the float ``x`` (``1/3`` -> 1/3)."""
     exact = Fraction(x)
     below, above = math.nextafter(x, 0.0), math.nextafter(x, 1.0)
     lo = (exact + Fraction(below)) / 2
     hi = (exact + Fraction(above)) / 2
     best = _simplest_between(lo, hi)
     return best if float(best) == x and best > 0 else exact
+
+
+def scaled(delta: float, m: int) -> float:
+    """``delta / m`` as the exact number it stands for (:class:`Typed`): the family-wise risk δ/M
+    keeps the decimal typed, so its floor's ties are ties.
+
+    >>> scaled(Typed("0.1"), 3).exact
+    Fraction(1, 30)
+    """
+    return delta if m == 1 else Typed(rational(delta) / m)
 
 
 def _log(x: Fraction) -> Decimal:
@@ -219,9 +296,13 @@ def _powers_at_most(a: Fraction, m: int, d: Fraction) -> bool:
     return a**m <= d  # unreachable in practice: exact, however slow
 
 
-@lru_cache(maxsize=256)
 def _floor(e: float, d: float) -> int:
-    E, D = rational(e), rational(d)
+    """``N_min`` for the numbers ``e`` and ``d`` stand for (:func:`rational`)."""
+    return _floor_exact(rational(e), rational(d), float(e), float(d))
+
+
+@lru_cache(maxsize=256)
+def _floor_exact(E: Fraction, D: Fraction, e: float, d: float) -> int:
     A = 1 - E
     # digits of the ratio's integer part, from the floats (log1p keeps tiny eps accurate)
     digits = max(0, math.ceil(math.log10(-math.log(d)) - math.log10(-math.log1p(-e)))) + 2
@@ -391,7 +472,8 @@ def _upper_mid(k: int, n: int, d: float) -> float:
         below = _last_true(_bits(k / n), _bits(1.0), lambda b: _log_cdf(k, n, _from_bits(b)) > ld)
         return _from_bits(below + 1)
     except _TooLong:
-        return float(_special().betainccinv(float(k + 1), float(n - k), d))
+        return finite(float(_special().betainccinv(float(k + 1), float(n - k), d)),
+                      f"The upper bound for {k} failures in {n} reruns")
 
 
 def _lower_mid(k: int, n: int, d: float) -> float:
@@ -401,7 +483,8 @@ def _lower_mid(k: int, n: int, d: float) -> float:
         # P(X >= k) >= 1/2 > delta at p = k/n
         return _from_bits(_last_true(0, _bits(k / n), lambda b: _log_sf(k, n, _from_bits(b)) <= ld))
     except _TooLong:
-        return float(_special().betaincinv(float(k), float(n - k + 1), d))
+        return finite(float(_special().betaincinv(float(k), float(n - k + 1), d)),
+                      f"The lower bound for {k} failures in {n} reruns")
 
 
 def _clean_upper(n: int, d: float) -> float:
@@ -439,14 +522,51 @@ def lower_bound(k, n, delta) -> float:
     return _lower_mid(k_i, n_i, d)
 
 
+def finite(value: float, what: str) -> float:
+    """``value`` when it is a number; a NaN (a library routine out of its range) is refused with
+    one sentence rather than read as a bound or a verdict."""
+    if math.isnan(value):
+        raise StatsInputError(f"{what} could not be computed exactly here; no verdict is given rather "
+                              "than a wrong one.")
+    return value
+
+
+#: The size of the exact rational sum a tie is decided by (bits of the binomial's denominator).
+_EXACT_TIE_BITS = 400_000
+_TIE_BAND = 1e-9  # tails this close to delta (relatively) are summed again exactly
+
+
+def _exact_cdf_at_most(k: int, n: int, e: float, d: float) -> bool | None:
+    """``P(Binomial(n, E) <= k) <= D`` in rational arithmetic, on the numbers ``e`` and ``d`` stand
+    for (:func:`rational`); None when the sum would be too large to take."""
+    E, D = rational(e), rational(d)
+    if n * max(E.denominator.bit_length(), 1) > _EXACT_TIE_BITS or k > _MAX_TERMS:
+        return None
+    A = 1 - E
+    num_e, num_a, den = E.numerator, A.numerator, E.denominator  # E and A share a denominator
+    total, c = 0, 1
+    for j in range(k + 1):
+        total += c * num_e**j * num_a ** (n - j)
+        c = c * (n - j) // (j + 1)
+    return Fraction(total, den**n) <= D
+
+
 def _below_budget(k: int, n: int, e: float, d: float) -> bool:
-    """``U(k, n) <= eps`` for ``1 <= k``, decided as ``P(Binomial(n, eps) <= k) <= delta``."""
+    """``U(k, n) <= eps`` for ``1 <= k``, decided as ``P(Binomial(n, eps) <= k) <= delta``; a tail
+    within rounding of ``delta`` is decided again in rational arithmetic (an exact tie certifies)."""
     if k >= n or n * e <= k:  # U = 1, or the median of Binomial(n, eps) is <= k: P(X <= k) >= 1/2
         return False
     try:
-        return _log_cdf(k, n, e) <= math.log(d)
+        gap = _log_cdf(k, n, e) - math.log(d)
     except _TooLong:
-        return float(_special().betaincc(float(k + 1), float(n - k), e)) <= d
+        tail = finite(float(_special().betaincc(float(k + 1), float(n - k), e)),
+                      f"P(Binomial({n}, eps) <= {k})")
+        gap = math.log(tail) - math.log(d) if tail > 0 else -math.inf
+    if abs(gap) <= _TIE_BAND:
+        decided = _exact_cdf_at_most(k, n, e, d)
+        if decided is not None:
+            return decided
+    return gap <= 0
 
 
 def release_rule(k, n, upper, eps, n_min):
@@ -550,13 +670,45 @@ def more_clean_reruns_needed(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> int:
     return _more(k_i, n_i, e, d, _check_budget(e, d))
 
 
+def capped(upper: float, eps: float, verdict: str) -> float:
+    """``upper`` as stated beside ``verdict``: a certified ``U`` is at most ε exactly, so where its
+    float (rounded up) lies just above ε, at an exact tie, ε is stated instead; else ``upper``."""
+    return float(eps) if verdict == SUPPORTED and upper > eps else upper
+
+
+def shown_beside(value: float, eps: float, above: bool, digits: int = 4) -> str:
+    """A bound as printed beside its verdict, never contradicting it: ``digits`` significant
+    digits, more when fewer would read on the wrong side of ε (``above``: the verdict says the
+    bound exceeds ε). At an exact tie the float can read above ε while the exact bound equals it:
+    then ``"<ε> = ε (tie; certified)"``.
+
+    >>> shown_beside(0.0994, 0.1, above=False), shown_beside(0.10004, 0.1, above=True)
+    ('0.0994', '0.10004')
+    >>> shown_beside(0.30000000000000004, 0.3, above=False)
+    '0.3'
+    >>> shown_beside(0.125, 0.12, above=False)    # only where the float of U and ε part
+    '0.12 = ε (tie; certified)'
+    """
+    if not math.isfinite(value):
+        return str(value)
+    for d in range(digits, 18):
+        text = f"{value:.{d}g}"
+        if (float(text) > eps) == above:
+            return text
+    if not above:
+        return f"{eps!r} = ε (tie; certified)"
+    return f"{value!r} (> ε)"
+
+
 @dataclass(frozen=True)
 class TailBound:
     """The recipe-card bound for one cell.
 
     Fields: ``k`` failures out of ``n`` reruns (unfinished reruns counted as failures), ``eps``
     (failure budget ε_ship), ``delta`` (statistical risk δ_stat), one-sided ``upper`` (U) and
-    ``lower`` (L) Clopper–Pearson bounds at confidence ``1 - delta``, ``sample_floor`` (N_min),
+    ``lower`` (L) Clopper–Pearson bounds at confidence ``1 - delta`` (``upper`` is ε itself where
+    the verdict certifies an exact tie whose float lies just above ε, :func:`capped`),
+    ``sample_floor`` (N_min),
     ``more_clean_reruns_needed`` (0 when already supported) and the ``verdict``.
     """
 
@@ -603,8 +755,8 @@ def tail_bound(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> TailBound:
     n_min = _check_budget(e, d)
     upper = upper_bound(k_i, n_i, d)
     lower = lower_bound(k_i, n_i, d)
+    v = _verdict(k_i, n_i, e, d, n_min, lower)
     return TailBound(
-        k=k_i, n=n_i, eps=e, delta=d, upper=upper, lower=lower, sample_floor=n_min,
-        more_clean_reruns_needed=_more(k_i, n_i, e, d, n_min),
-        verdict=_verdict(k_i, n_i, e, d, n_min, lower),
+        k=k_i, n=n_i, eps=e, delta=d, upper=capped(upper, e, v), lower=lower, sample_floor=n_min,
+        more_clean_reruns_needed=_more(k_i, n_i, e, d, n_min), verdict=v,
     )

@@ -96,7 +96,7 @@ def family_delta(delta, family_size) -> float:
     >>> family_delta(0.1, 10)
     0.01
     """
-    return exact.check_delta(delta) / check_family_size(family_size)
+    return exact.scaled(exact.check_delta(delta), check_family_size(family_size))
 
 
 def family_sample_floor(eps=DEFAULT_EPS, delta=DEFAULT_DELTA, family_size=1) -> int:
@@ -132,7 +132,10 @@ def _log_p(k: int, n: int, e: float) -> float:
     try:
         return exact._log_cdf(k, n, e)
     except exact._TooLong:
-        return math.log(float(exact._special().bdtr(float(k), float(n), e)))
+        # I_{1-e}(n - k, k + 1); SciPy's bdtr takes n as a C int and gives NaN above 2**31 - 1
+        p = exact.finite(float(exact._special().betaincc(float(k + 1), float(n - k), e)),
+                         f"The p-value of {k} failures in {n} reruns")
+        return math.log(p) if p > 0 else -math.inf  # below the smallest float: below every level
 
 
 @dataclass(frozen=True)
@@ -202,7 +205,7 @@ class FamilyCard:
 
 def _member(k: int, n: int, e: float, d: float, m: int, method: str, level: float, rank: int,
             log_p: float, certified: bool) -> FamilyMember:
-    fd = d / m
+    fd = exact.scaled(d, m)
     floor = exact._floor(e, fd)
     lower = exact.lower_bound(k, n, fd)
     if lower > e:
@@ -216,7 +219,8 @@ def _member(k: int, n: int, e: float, d: float, m: int, method: str, level: floa
     pw = exact.tail_bound(k, n, e, d)
     return FamilyMember(
         k=k, n=n, eps=e, delta=d, family_size=m, method=method, family_delta=fd, level=level, rank=rank,
-        p_value=math.exp(log_p), upper=exact.upper_bound(k, n, fd), lower=lower, sample_floor=floor,
+        p_value=math.exp(log_p), upper=exact.capped(exact.upper_bound(k, n, fd), e, verdict), lower=lower,
+        sample_floor=floor,
         more_clean_reruns_needed=exact._more(k, n, e, fd, floor), verdict=verdict,
         pointwise_upper=pw.upper, pointwise_lower=pw.lower, pointwise_sample_floor=pw.sample_floor,
         pointwise_verdict=pw.verdict,
@@ -237,7 +241,7 @@ def family_tail_bound(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA, family_size=1)
     k_i, n_i = exact.check_counts(k, n)
     e, d = exact.check_eps(eps), exact.check_delta(delta)
     m = check_family_size(family_size)
-    fd = d / m
+    fd = exact.scaled(d, m)
     floor = exact._check_budget(e, fd)
     return _member(k_i, n_i, e, d, m, BONFERRONI, fd, 1, _log_p(k_i, n_i, e),
                    exact._certifies(k_i, n_i, e, fd, floor))
@@ -269,7 +273,7 @@ def family_bounds(counts: Sequence[tuple[int, int]], eps=DEFAULT_EPS, delta=DEFA
                               f"given ({len(pairs)}).")
     if m < 1:
         raise StatsInputError("a family needs at least one recipe.")
-    fd = d / m
+    fd = exact.scaled(d, m)
     floor = exact._check_budget(e, fd)
     log_ps = [_log_p(k, n, e) for k, n in pairs]
     order = sorted(range(len(pairs)), key=lambda i: (log_ps[i], i))
@@ -279,7 +283,7 @@ def family_bounds(counts: Sequence[tuple[int, int]], eps=DEFAULT_EPS, delta=DEFA
     going = True
     for r, i in enumerate(order, start=1):
         k, n = pairs[i]
-        lv = fd if method == BONFERRONI else d / (m - r + 1)
+        lv = fd if method == BONFERRONI else exact.scaled(d, m - r + 1)
         level[i] = lv
         ok = exact._certifies(k, n, e, lv, exact._floor(e, lv))
         if method == HOLM:
