@@ -650,6 +650,11 @@ def _check_budget(e: float, d: float) -> int:
     return n_min
 
 
+def check_budget(eps: float, delta: float) -> int:
+    """The sample floor, refusing a budget no count up to ``MAX_RERUNS`` could certify."""
+    return _check_budget(check_eps(eps), check_delta(delta))
+
+
 def _approx(n: int) -> str:
     """A large count, briefly: 2.3e+16 (also beyond the float range)."""
     return f"{float(n):.3g}" if n < 10**300 else f"{Decimal(n).normalize():.2g}"

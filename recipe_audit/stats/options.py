@@ -156,11 +156,11 @@ def check_budget(eps: float, delta: float, family_size: int | None = None, anyti
     """Refuse a budget no count of reruns up to 10^15 could certify (at risk δ/M for a family,
     with the confidence sequence for an open-ended sweep), with one sentence."""
     d = delta if family_size in (None, 1) else exact.scaled(delta, family_size)
-    exact._check_budget(eps, d)
+    exact.check_budget(eps, d)
     if anytime:
-        from recipe_audit.stats.anytime import _check_floor
+        from recipe_audit.stats.anytime import anytime_sample_floor
 
-        _check_floor(eps, d)
+        anytime_sample_floor(eps, d)
 
 
 def audit_options(*, taus: Any = DEFAULT_TAUS, eps: Any = DEFAULT_EPS, delta: Any = DEFAULT_DELTA,
