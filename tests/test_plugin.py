@@ -16,6 +16,7 @@ import sys
 import textwrap
 
 import pytest
+from helpers.inprocess import run_script_here
 
 from recipe_audit import keys
 
@@ -209,13 +210,24 @@ def test_resume_runs_only_the_unfinished_seeds(tmp_path, store):
      "The MLflow tracking server at http://u:***@127.0.0.1:9 is not reachable"),
 ])
 def test_bad_input_stops_before_any_job(tmp_path, store, args, needle):
+    """The user's ``train.py`` run in this process (helpers.inprocess): the same Hydra entry
+    point, plugin and callback; the subprocess below runs one case as a user would."""
     app = _app(tmp_path, PLAIN_APP)
-    proc = _run(app, ["-m", *args], timeout=120)
+    proc = run_script_here(app / "train.py", ["-m", *args])
     assert proc.returncode != 0
     assert needle in proc.stderr, proc.stderr[-2000:]
     assert "secret" not in proc.stderr + proc.stdout
     assert "Traceback" not in proc.stderr
     assert _kind(_runs(store)[1], keys.KIND_RERUN) == []  # no job ran
+
+
+def test_bad_input_in_a_process_of_its_own_stops_before_any_job(tmp_path, store):
+    app = _app(tmp_path, PLAIN_APP)
+    proc = _run(app, ["-m", "seed=range(3)", "hydra/callbacks=recipe_audit"], timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == ("recipe_audit: error: hydra.callbacks.recipe_audit.metric names no metric; "
+                                   "give the key your training code logs, e.g. metric=eval_accuracy.")
+    assert _kind(_runs(store)[1], keys.KIND_RERUN) == []
 
 
 def test_a_metric_no_job_logged_is_named(tmp_path, store):
@@ -271,7 +283,7 @@ def test_the_callback_named_by_target_in_the_apps_own_config(tmp_path, store):
 
 
 @pytest.mark.slow
-def test_concurrent_sweeps_on_a_new_store_each_get_their_parent_and_card_ci(tmp_path, store):
+def test_concurrent_sweeps_on_a_new_store_each_get_their_parent_and_card_ci(tmp_path, new_store):
     """Four sweeps started together on a store that does not exist yet: MLflow's tables and the
     experiment are created once, under a lock, and every sweep gets its parent run, its reruns
     and its card."""
@@ -282,7 +294,7 @@ def test_concurrent_sweeps_on_a_new_store_each_get_their_parent_and_card_ci(tmp_
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, [o[1][-1500:] for o in outs]
-    _, runs = _runs(store)
+    _, runs = _runs(new_store)
     assert len(_kind(runs, keys.KIND_SWEEP)) == 4 and len(_kind(runs, keys.KIND_RERUN)) == 8
     assert len(_kind(runs, keys.KIND_CARD)) == 4
     assert all((tmp_path / f"sweep{i}" / "card" / "card.json").is_file() for i in range(4))

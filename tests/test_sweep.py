@@ -6,6 +6,7 @@ import json
 
 import pytest
 from helpers.app import SMALL, run_app
+from helpers.inprocess import run_module_here
 
 from recipe_audit import keys
 
@@ -87,7 +88,7 @@ def test_tracking_uri_override_wins_over_environment(tmp_path, store):
         (["model=nope"], "nope"),
         (["recipe.lrr=0.1"], "lrr"),
         (["seed=abc"], "seed"),
-        (["-m", "seed=a,b"], "seed"),
+        (["-m", "seed=a,b"], "The seed values must be integers, not a,b."),
         (["task.options.train_domain=mars"], "mars"),
         (["audit.eps=1.5"], "audit.eps"),
         (["audit.sets=[calibration,nowhere]"], "nowhere"),
@@ -103,10 +104,21 @@ def test_tracking_uri_override_wins_over_environment(tmp_path, store):
     ],
 )
 def test_bad_input_is_one_sentence(tmp_path, store, args, needle):
-    proc = run_app([*SMALL, *args, f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path, timeout=120)
+    """``python -m recipe_audit`` run in this process (helpers.inprocess): the same entry point,
+    composition, callback and checks; the subprocess below runs one case as a user would."""
+    flags = [a for a in args if a.startswith("-")]  # before the overrides, which win over SMALL's
+    overrides = [a for a in args if not a.startswith("-")]
+    proc = run_module_here([*flags, *SMALL, *overrides, f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
-    assert needle in proc.stderr
+    assert needle in proc.stderr, proc.stderr[-2000:]
+
+
+def test_bad_input_in_a_process_of_its_own_is_one_sentence(tmp_path, store):
+    proc = run_app([*SMALL, "recipe.lrr=0.1", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    assert "Could not override 'recipe.lrr'" in proc.stderr
 
 
 def test_rerun_logger_writes_the_first_step_at_once_then_batches(store):
