@@ -4,12 +4,12 @@ round trip card -> attach -> gate on a SQLite store."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import procs
 from scipy.stats import beta
 
 import recipe_audit
@@ -111,7 +111,7 @@ def test_import_stays_light():
     code = ("import sys, recipe_audit; a = sorted(m for m in ('pandas', 'mlflow', 'scipy', 'numpy', 'torch') "
             "if m in sys.modules); recipe_audit.bound(6, 59); "
             "b = sorted(m for m in ('pandas', 'mlflow', 'scipy', 'torch') if m in sys.modules); print(a, b)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = procs.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[] []"
     assert set(recipe_audit.__all__) <= set(dir(recipe_audit))
     with pytest.raises(AttributeError):

@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import subprocess
 import time
 
 import pytest
+from helpers import procs
 from helpers.cli import run_cli
 from helpers.store import synthetic_sweep
 
@@ -213,7 +213,7 @@ def places(tmp_path_factory):
     ro.parent.mkdir()
     shutil.copy(tmp / "store" / "mlflow.db", ro)
     os.chmod(ro, 0o444)
-    immutable = bool(shutil.which("chattr")) and subprocess.run(["chattr", "+i", str(ro)],
+    immutable = bool(shutil.which("chattr")) and procs.run(["chattr", "+i", str(ro)],
                                                                  capture_output=True).returncode == 0
     import recipe_audit.release.compute  # noqa: F401 - import once here, not inside the first timed case
 
@@ -222,7 +222,7 @@ def places(tmp_path_factory):
                "immutable": immutable and _readonly(ro)}
     finally:
         if immutable:
-            subprocess.run(["chattr", "-i", str(ro)], capture_output=True)
+            procs.run(["chattr", "-i", str(ro)], capture_output=True)
         os.chmod(ro, 0o644)
 
 

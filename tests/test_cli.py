@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
+from helpers import procs
 from helpers.cli import run_cli
 from helpers.store import synthetic_sweep
 from scipy import stats as sps
@@ -29,7 +29,7 @@ def test_bound_json(k, n, capsys):
 
 
 def test_bound_through_console_script():
-    proc = subprocess.run([sys.executable, "-m", "recipe_audit.cli", "bound", "-k", "0", "-n", "59",
+    proc = procs.run([sys.executable, "-m", "recipe_audit.cli", "bound", "-k", "0", "-n", "59",
                            "--eps", "0.05", "--delta", "0.05", "--json"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["verdict"] == "release-supported"

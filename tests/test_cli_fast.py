@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 
 import pytest
+from helpers import procs
 
 from recipe_audit.cli import build_parser
 
@@ -20,7 +20,7 @@ def _imported_by(argv: list[str]) -> tuple[int, str, list[str]]:
     code = ("import json, sys\nfrom recipe_audit.cli import main\n"
             f"try:\n    rc = main({argv!r})\nexcept SystemExit as e:\n    rc = e.code\n"
             f"print(json.dumps([rc, sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})]))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = procs.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     rc, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
     return rc, proc.stdout, heavy
@@ -99,11 +99,10 @@ def test_tracking_uri_help_names_the_true_default_store(tmp_path, monkeypatch):
 def test_python_m_recipe_audit_forwards_a_command_word_to_the_cli():
     """``python -m recipe_audit card --help`` is the card command's help, not a Hydra override
     parser traceback."""
-    import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "recipe_audit", "card", "--help"], capture_output=True, text=True,
-                          timeout=120)
+    proc = procs.run([sys.executable, "-m", "recipe_audit", "card", "--help"], capture_output=True, text=True,
+                     timeout=120)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr
     assert proc.stdout.startswith("usage: recipe-audit card")
 

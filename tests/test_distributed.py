@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
+from helpers import procs
 from helpers.app import SMALL
 from test_launchers import _check_sweep, _runs
 
@@ -25,7 +25,7 @@ def _accelerate(args, cwd, *, processes=2, use_cpu=True, timeout=600):
     cmd = [exe, "launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
            "-m", "recipe_audit", *args]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return procs.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.slow
@@ -75,8 +75,8 @@ def test_a_broken_rendezvous_is_one_sentence(tmp_path):
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0",
            "ACCELERATE_USE_CPU": "true", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     env.pop("MASTER_ADDR", None)
-    proc = subprocess.run([sys.executable, "-m", "recipe_audit", *SMALL], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = procs.run([sys.executable, "-m", "recipe_audit", *SMALL], cwd=tmp_path, env=env,
+                     capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "accelerate could not connect the 2 launched processes" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 
 import pytest
+from helpers import procs
 
 from recipe_audit import keys
 
@@ -48,7 +48,7 @@ def _sweep(tmp_path, ex: Example, launcher: str, fault: str):
     args = [sys.executable, os.path.join(REPO, "examples", ex.name, "train.py"), "-m", "seed=range(6)",
             "hydra/callbacks=recipe_audit", f"hydra.callbacks.recipe_audit.metric={ex.metric}",
             f"{fault}_seed=2", f"hydra.sweep.dir={sweep_dir}", *LAUNCHERS[launcher]]
-    proc = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    proc = procs.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     return proc, sweep_dir
 
 

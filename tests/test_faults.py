@@ -15,6 +15,7 @@ import socket
 import time
 
 import pytest
+from helpers import procs
 from helpers.app import REPO, SMALL, run_app, start_app
 from test_launchers import ENV, _runs
 
@@ -44,7 +45,7 @@ def _by_seed(runs):
 def _poll(what: str, probe, proc, output):
     """``probe()``'s first true value, tried every 0.2 s for at most POLL_TIMEOUT_S while the app
     ``proc`` runs (errors count as not yet: the store may be busy or not created yet)."""
-    deadline, error = time.monotonic() + POLL_TIMEOUT_S, None
+    deadline, error = time.monotonic() + procs.timeout(POLL_TIMEOUT_S), None
     while True:
         try:
             value = probe()
@@ -90,7 +91,7 @@ def _sweep_killing(args, cwd, uri, sweep_dir, seed: int, after_s: float, output)
         status = client.get_run(run.info.run_id).info.status
         assert status == "RUNNING", f"seed {seed} was {status} before the kill: lengthen the recipe"
         os.kill(pid, signal.SIGKILL)
-        proc.wait(timeout=600)
+        proc.wait(timeout=procs.timeout(600))
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # the app and what it started, if still there

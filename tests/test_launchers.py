@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import procs
 from helpers.app import REPO, SMALL, run_app
 
 # the editable install's import hook is invisible to Hydra's plugin scan outside the checkout
@@ -112,7 +113,7 @@ def test_ray_local_card_once_ci(store, tmp_path, ray_temp_dir):
     assert all(r.info.status == "FINISHED" for r in reruns)
     assert card["cells"][0]["unfinished"] == []
     assert "Started a local Ray instance" in proc.stderr  # the jobs did run on Ray
-    deadline = time.monotonic() + 15  # the driver stops its Ray instance when it exits
+    deadline = time.monotonic() + procs.timeout(15)  # the driver stops its Ray instance when it exits
     while _ray_pids(ray_temp_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not _ray_pids(ray_temp_dir), "the sweep left Ray processes running"

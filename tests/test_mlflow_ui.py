@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers import procs
 
 REPO = Path(__file__).resolve().parents[1]
 # the docs' pictures are refreshed with RECIPE_AUDIT_SCREENSHOTS=1; otherwise they stay in tmp_path
@@ -49,10 +50,10 @@ def _sweep_and_attach(tmp_path: Path, uri: str) -> dict:
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_RUN", "RECIPE_AUDIT_"))}
     env.update(MLFLOW_TRACKING_URI=uri, HYDRA_FULL_ERROR="0", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(REPO / "examples" / "bare_function" / "train.py"), "-m",
+    proc = procs.run([sys.executable, str(REPO / "examples" / "bare_function" / "train.py"), "-m",
                            "seed=range(5)", "collapse_seed=2", "hydra/callbacks=recipe_audit",
                            "hydra.callbacks.recipe_audit.metric=val_accuracy", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                     cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     exp = client.get_experiment_by_name("train")
@@ -88,11 +89,11 @@ def mlflow_ui(tmp_path):
     MlflowClient(tracking_uri=uri).search_experiments()
     port = _free_port()
     log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host",
+    server = procs.spawn([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host",
                                "127.0.0.1", "--port", str(port), "--workers", "1"],
-                              cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True,  # without MLflow's job runner (seven more processes)
-                              env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+                         cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                         start_new_session=True,  # without MLflow's job runner (seven more processes)
+                         env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     try:
         yield f"http://127.0.0.1:{port}", uri, server, tmp_path / "server.log"
     finally:
@@ -105,7 +106,7 @@ def mlflow_ui(tmp_path):
 
 
 def _wait_up(base: str, server, log: Path, timeout: float = 180) -> None:
-    end = time.monotonic() + timeout
+    end = time.monotonic() + procs.timeout(timeout)
     while time.monotonic() < end:
         assert server.poll() is None, log.read_text()[-3000:]
         try:

@@ -16,6 +16,7 @@ import sys
 import textwrap
 
 import pytest
+from helpers import procs
 from helpers.inprocess import run_script_here
 
 from recipe_audit import keys
@@ -76,8 +77,8 @@ def _run(app, args, env_extra=None, timeout=600):
     # as from a user's shell: no run or sweep of another test's process
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_RUN", "RECIPE_AUDIT_"))}
     env.update({"HYDRA_FULL_ERROR": "0", **(env_extra or {})})
-    return subprocess.run([sys.executable, "train.py", *args], cwd=app, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return procs.run([sys.executable, "train.py", *args], cwd=app, env=env, capture_output=True, text=True,
+                     timeout=timeout)
 
 
 def _runs(uri, experiment="train"):
@@ -289,11 +290,11 @@ def test_concurrent_sweeps_on_a_new_store_each_get_their_parent_and_card_ci(tmp_
     and its card."""
     app = _app(tmp_path, BARE_APP)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_RUN", "RECIPE_AUDIT_"))}
-    procs = [subprocess.Popen([sys.executable, "train.py", "-m", "seed=range(2)", *PLUGIN,
+    started = [procs.spawn([sys.executable, "train.py", "-m", "seed=range(2)", *PLUGIN,
                                f"hydra.sweep.dir={tmp_path / f'sweep{i}'}"], cwd=app, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    assert [p.returncode for p in procs] == [0] * 4, [o[1][-1500:] for o in outs]
+    outs = [p.communicate(timeout=procs.timeout(600)) for p in started]
+    assert [p.returncode for p in started] == [0] * 4, [o[1][-1500:] for o in outs]
     _, runs = _runs(new_store)
     assert len(_kind(runs, keys.KIND_SWEEP)) == 4 and len(_kind(runs, keys.KIND_RERUN)) == 8
     assert len(_kind(runs, keys.KIND_CARD)) == 4
@@ -331,8 +332,8 @@ def full_artifact_disk(tmp_path):
     """The store's artifact directory on a 64 KiB tmpfs that is already full (root only)."""
     artifacts = tmp_path / "store" / "artifacts"
     artifacts.mkdir(parents=True)
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(artifacts)],
-                      capture_output=True).returncode != 0:
+    if procs.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(artifacts)],
+                 capture_output=True).returncode != 0:
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:
         with open(artifacts / "filler", "wb") as fh:
@@ -340,7 +341,7 @@ def full_artifact_disk(tmp_path):
                 fh.write(b"\0" * 65536)
         yield f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     finally:
-        subprocess.run(["umount", "-l", str(artifacts)], capture_output=True)
+        procs.run(["umount", "-l", str(artifacts)], capture_output=True)
 
 
 def test_a_full_artifact_disk_fails_the_card_run_and_the_exit_status(tmp_path, full_artifact_disk):

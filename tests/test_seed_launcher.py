@@ -4,6 +4,7 @@ recipe's first composed job: the derived configuration must be exactly what Hydr
 from __future__ import annotations
 
 import pytest
+from helpers import procs
 from hydra import initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
@@ -96,7 +97,6 @@ def test_the_projects_plugins_are_registered_without_a_plugin_scan(tmp_path):
     process started outside the checkout (where the scan sees only installed plugins)."""
     import json
     import os
-    import subprocess
     import sys
 
     code = """if True:
@@ -110,8 +110,8 @@ def test_the_projects_plugins_are_registered_without_a_plugin_scan(tmp_path):
                          + sorted(c.__name__ for c in Plugins.instance().discover(Sweeper))))
     """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = procs.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                    timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     names = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert {"SeedSweeper", "CurtailingSweeper", "SeedLauncher"} <= names

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import zipfile
 
 import pytest
+from helpers import procs
 from helpers.app import REPO, run_app
 
 pytestmark = pytest.mark.slow
@@ -25,7 +25,7 @@ def test_ci_sweep_ends_with_a_card(tmp_path, store):
     assert [e["tau"] for e in card["cells"]] == [0.6, 0.7]
     assert all(e["n_reruns"] == 25 for e in card["cells"])
     out = tmp_path / "again.json"
-    rc = subprocess.run([sys.executable, "-m", "recipe_audit.cli", "card", "--experiment-name", "recipe_audit",
+    rc = procs.run([sys.executable, "-m", "recipe_audit.cli", "card", "--experiment-name", "recipe_audit",
                          "--tau", "0.6", "0.7", "--json", str(out), "--no-log"], capture_output=True, text=True)
     assert rc.returncode == 0, rc.stderr
     again = json.loads(out.read_text())
@@ -37,7 +37,7 @@ def test_ci_sweep_ends_with_a_card(tmp_path, store):
 def test_ci_wheel_carries_the_configs(tmp_path):
     """The configs are found from an installed wheel, not only from a checkout."""
     wheel_dir = tmp_path / "wheel"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+    procs.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(wheel_dir), str(REPO)], check=True, timeout=600)
     (wheel,) = wheel_dir.glob("recipe_audit-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -48,12 +48,12 @@ def test_ci_wheel_carries_the_configs(tmp_path):
              "hydra_plugins/recipe_audit/searchpath.py", "recipe_audit/app/hydra_conf/hydra/callbacks/recipe_audit.yaml"]
     assert len(want) > 20 and [f for f in want if f not in names] == []
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
-                   check=True, timeout=600)
-    proc = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+    procs.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+              check=True, timeout=600)
+    proc = procs.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
                            "import recipe_audit.__main__ as m; assert m.__file__.startswith(sys.argv[1]); "
                            "sys.argv = ['recipe_audit', '--cfg', 'job', 'recipe=stable']; m.main()", str(site)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                     cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "name: stable" in proc.stdout and "name: tiny_bert" in proc.stdout
 

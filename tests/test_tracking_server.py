@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from helpers import procs
 from helpers.app import REPO, SMALL, run_app
 from test_launchers import ENV
 
@@ -49,7 +50,7 @@ def server(tmp_path, monkeypatch):
     port, pg_port = _free_port(), _free_port()
 
     def start():
-        proc = subprocess.run([sys.executable, str(SCRIPT), "start", "--dir", str(d), "--port", str(port),
+        proc = procs.run([sys.executable, str(SCRIPT), "start", "--dir", str(d), "--port", str(port),
                                "--pg-port", str(pg_port)], env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:] + (d / "mlflow_server.log").read_text()[-3000:]
         return proc.stdout.strip().splitlines()[-1]
@@ -59,7 +60,7 @@ def server(tmp_path, monkeypatch):
         monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
         yield uri, d, start
     finally:
-        subprocess.run([sys.executable, str(SCRIPT), "stop", "--dir", str(d)], timeout=120)
+        procs.run([sys.executable, str(SCRIPT), "stop", "--dir", str(d)], timeout=120)
         state = json.loads((d / "server.json").read_text())
         shutil.rmtree(state["pg_dir"], ignore_errors=True)
 
@@ -107,7 +108,7 @@ def test_no_secret_in_argv_logs_or_readable_files(server, monkeypatch):
     leaks = [(name, pid, a.replace(s, f"<{name}>")[:300]) for pid, a in argvs.items()
              for name, s in secrets.items() if s in a]
     assert leaks == []
-    ps = shutil.which("ps") and subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    ps = shutil.which("ps") and procs.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     if ps:
         assert "mlflow server" in ps and not [n for n, s in secrets.items() if s in ps]
 
@@ -212,8 +213,8 @@ def test_server_gone_mid_sweep_stops_clearly_and_resumes(server, tmp_path):
     sweep_dir = tmp_path / "sweep"
     args = ["-m", "seed=range(8)", f"hydra.sweep.dir={sweep_dir}", *SMALL]
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", **ENV, **creds}
-    proc = subprocess.Popen([sys.executable, "-m", "recipe_audit", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = procs.spawn([sys.executable, "-m", "recipe_audit", *args], cwd=tmp_path, env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     os.environ.update({k: v for k, v in creds.items() if k.startswith("MLFLOW_TRACKING")})
     try:
         client = MlflowClient(tracking_uri=uri)
@@ -226,8 +227,8 @@ def test_server_gone_mid_sweep_stops_clearly_and_resumes(server, tmp_path):
                 finished = client.search_runs([exp.experiment_id], "attributes.status = 'FINISHED' and "
                                               "tags.`recipe_audit.kind` = 'rerun'")
         assert len(finished) >= 2, "the sweep did not get going"
-        subprocess.run([sys.executable, str(SCRIPT), "stop", "--dir", str(d)], timeout=120, check=True)
-        out, err = proc.communicate(timeout=300)
+        procs.run([sys.executable, str(SCRIPT), "stop", "--dir", str(d)], timeout=120, check=True)
+        out, err = proc.communicate(timeout=procs.timeout(300))
     finally:
         if proc.poll() is None:
             proc.kill()

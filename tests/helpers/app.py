@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import procs
+
 REPO = Path(__file__).resolve().parents[2]
 
 # small sizes so an end-to-end rerun takes about a second
@@ -23,9 +25,10 @@ def _app(args: list[str], env_extra: dict | None) -> tuple[list[str], dict]:
 
 
 def run_app(args: list[str], cwd: Path, env_extra: dict | None = None, timeout: int = 600):
-    """``python -m recipe_audit ARGS`` in a subprocess, as a user runs it."""
+    """``python -m recipe_audit ARGS`` in a subprocess, as a user runs it (``timeout``: a quiet
+    machine's seconds, scaled by ``helpers.procs.timeout``)."""
     cmd, env = _app(args, env_extra)
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return procs.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def start_app(args: list[str], cwd: Path, output: Path, env_extra: dict | None = None) -> subprocess.Popen:
@@ -35,5 +38,5 @@ def start_app(args: list[str], cwd: Path, output: Path, env_extra: dict | None =
     not to a pipe, which nobody reads while a test polls, and which would block the app once full."""
     cmd, env = _app(args, env_extra)
     with open(output, "w") as out:
-        return subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        return procs.spawn(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                           stderr=subprocess.STDOUT, text=True, start_new_session=True)

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import procs
 from helpers.query_stores import METRIC, NOW_MS, OLD_MS
 
 from recipe_audit import keys
@@ -341,10 +342,9 @@ def test_empty_frame_gives_no_cells(rich_store):
 
 
 def test_resolving_reruns_imports_neither_mlflow_nor_sqlalchemy():
-    import subprocess
     import sys
 
     code = ("import sys, recipe_audit.reruns; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'mlflow', 'sqlalchemy'}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = procs.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

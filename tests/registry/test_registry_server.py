@@ -14,6 +14,7 @@ import time
 import urllib.request
 
 import pytest
+from helpers import procs
 from helpers.cli import run_cli
 from helpers.registry_world import make_world
 from mlflow.entities import Metric
@@ -41,10 +42,10 @@ def server(tmp_path_factory):
     log = open(root / "server.log", "wb")
     # without MLflow's job runner (seven more processes importing MLflow while the tests run)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root, env=env)
+    proc = procs.spawn(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root, env=env)
     uri = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + procs.timeout(120)
         while True:
             if proc.poll() is not None:
                 pytest.fail(f"mlflow server exited: {(root / 'server.log').read_text()[-2000:]}")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from helpers import procs
+
 import recipe_audit.stats as stats
 
 FORBIDDEN = {"mlflow", "hydra", "omegaconf", "torch", "pandas"}
@@ -37,10 +39,9 @@ def test_public_api_exported():
 
 def test_the_scalar_statistics_need_neither_numpy_nor_scipy():
     """recipe-audit bound imports the exact module alone (the package imports names on first use)."""
-    import subprocess
     import sys
 
     code = ("import sys; from recipe_audit.stats import tail_bound; tail_bound(6, 59); tail_bound(0, 59, 1e-12); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'scipy', 'pandas'}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = procs.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
