@@ -98,8 +98,11 @@ def _kind(runs, kind):
 PLUGIN = ["hydra/callbacks=recipe_audit", "hydra.callbacks.recipe_audit.metric=val_accuracy"]
 
 
-@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]],
-                         ids=["basic", "joblib"])
+@pytest.mark.parametrize("launcher", [
+    [],
+    # a user's app under joblib, by default: tests/test_examples.py (plain_mlflow, a crash, joblib)
+    pytest.param(["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], marks=pytest.mark.slow),
+], ids=["basic", "joblib"])
 def test_a_users_sweep_becomes_reruns_and_a_card(tmp_path, store, launcher):
     app = _app(tmp_path, PLAIN_APP)
     sweep_dir = tmp_path / "sweep"
@@ -155,6 +158,7 @@ def test_a_users_sweep_becomes_reruns_and_a_card(tmp_path, store, launcher):
     assert "val_accuracy" in proc.stdout and "2/6" in proc.stdout  # the printed verdict table
 
 
+@pytest.mark.slow  # by default: tests/test_examples.py (bare_function, a collapse, basic launcher)
 def test_a_task_that_returns_its_metric(tmp_path, store):
     app = _app(tmp_path, BARE_APP)
     proc = _run(app, ["-m", "seed=range(5)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 'sweep'}"])
@@ -170,7 +174,7 @@ def test_a_task_that_returns_its_metric(tmp_path, store):
 
 def test_one_run_without_multirun_is_a_rerun_without_a_sweep(tmp_path, store):
     app = _app(tmp_path, PLAIN_APP)
-    proc = _run(app, ["seed=3", *PLUGIN])
+    proc = run_script_here(app / "train.py", ["seed=3", *PLUGIN])  # in this process (helpers.inprocess)
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, runs = _runs(store)
     (r,) = runs
@@ -191,7 +195,8 @@ def test_resume_runs_only_the_unfinished_seeds(tmp_path, store):
     assert len(_kind(runs, keys.KIND_SWEEP)) == 1  # the same sweep, reopened
     seeds = sorted(int(r.data.tags[keys.TAG_SEED]) for r in _kind(runs, keys.KIND_RERUN))
     assert seeds == [0, 1, 1, 2, 3, 4]
-    third = _run(app, [*args, "hydra.callbacks.recipe_audit.resume=true"])  # nothing left to run
+    # nothing left to run: no job starts, so in this process (helpers.inprocess)
+    third = run_script_here(app / "train.py", [*args, "hydra.callbacks.recipe_audit.resume=true"])
     assert third.returncode == 0 and "nothing to run" in third.stdout + third.stderr
     assert len(_kind(_runs(store)[1], keys.KIND_RERUN)) == 6
 
@@ -233,8 +238,9 @@ def test_bad_input_in_a_process_of_its_own_stops_before_any_job(tmp_path, store)
 
 def test_a_metric_no_job_logged_is_named(tmp_path, store):
     app = _app(tmp_path, PLAIN_APP)
-    proc = _run(app, ["-m", "seed=range(2)", "hydra/callbacks=recipe_audit",
-                      "hydra.callbacks.recipe_audit.metric=eval_acc", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    proc = run_script_here(app / "train.py", ["-m", "seed=range(2)", "hydra/callbacks=recipe_audit",  # in process
+                                              "hydra.callbacks.recipe_audit.metric=eval_acc",
+                                              f"hydra.sweep.dir={tmp_path / 'sweep'}"])
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert out.count("eval_acc never logged") == 2 and "eval_acc" in proc.stderr.splitlines()[-1]
@@ -260,8 +266,8 @@ def test_only_the_main_process_writes_under_a_multi_process_launch(tmp_path, sto
     """Under accelerate launch / torchrun (RANK set) only rank 0 opens runs and the card; another
     rank runs the same jobs and writes nothing of recipe_audit's."""
     app = _app(tmp_path, BARE_APP)
-    proc = _run(app, ["-m", "seed=range(2)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                env_extra={"RANK": "1", "WORLD_SIZE": "2"})
+    proc = run_script_here(app / "train.py", ["-m", "seed=range(2)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                           env_extra={"RANK": "1", "WORLD_SIZE": "2"})  # in this process (helpers.inprocess)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _runs(store)[1] == [] and not (tmp_path / "sweep" / "card").exists()
 
@@ -277,7 +283,7 @@ def test_the_callback_named_by_target_in_the_apps_own_config(tmp_path, store):
                   metric: val_accuracy
                   taus: [0.6, 0.9]
             """))
-    proc = _run(app, ["-m", "seed=range(3)", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    proc = run_script_here(app / "train.py", ["-m", "seed=range(3)", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = json.loads((tmp_path / "sweep" / "card" / "card.json").read_text())["cells"]
     assert [(c["tau"], c["n_reruns"]) for c in cells] == [(0.6, 3), (0.9, 3)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from helpers.app import SMALL, run_app
@@ -63,8 +64,10 @@ def test_multirun_logs_every_rerun_nested_under_its_sweep(tmp_path, store):
         assert keys.accuracy_key("calibration") not in r.data.metrics
 
 
-def test_single_run_and_default_store_location(tmp_path, monkeypatch):
+def test_single_run_and_default_store_location(tmp_path, monkeypatch, migrated_mlflow_db):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "mlruns").mkdir()  # MLflow's tables made already (seconds); the app picks the file
+    shutil.copy(migrated_mlflow_db, tmp_path / "mlruns" / "mlflow.db")
     proc = run_app(["seed=5", *SMALL], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     db = tmp_path / "mlruns" / "mlflow.db"
@@ -75,9 +78,10 @@ def test_single_run_and_default_store_location(tmp_path, monkeypatch):
     assert (tmp_path / "mlruns" / "artifacts").is_dir()
 
 
-def test_tracking_uri_override_wins_over_environment(tmp_path, store):
+def test_tracking_uri_override_wins_over_environment(tmp_path, store, migrated_mlflow_db):
+    shutil.copy(migrated_mlflow_db, tmp_path / "other.db")
     other = f"sqlite:///{tmp_path / 'other.db'}"
-    proc = run_app([f"tracking.uri={other}", *SMALL], cwd=tmp_path)
+    proc = run_module_here([f"tracking.uri={other}", *SMALL], cwd=tmp_path)  # in this process (helpers.inprocess)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(_runs(other)[1]) == 1
 

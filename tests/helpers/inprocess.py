@@ -64,8 +64,9 @@ def _run(target: Callable[[], object], argv: list[str], cwd: Path, env_extra: di
     saved_loggers = {name: (lg.level, lg.handlers[:], lg.propagate, lg.disabled)
                      for name, lg in logging.root.manager.loggerDict.items() if isinstance(lg, logging.Logger)}
     saved_uri = tracking_utils._tracking_uri
-    torch = sys.modules.get("torch")
-    saved_threads = torch.get_num_threads() if torch is not None else None
+    import torch  # the app sets its threads (threads=1): put back the test process's own after
+
+    saved_threads = torch.get_num_threads()
     freeze = gc.freeze
     out, err = io.StringIO(), io.StringIO()
     # as from a user's shell: no run or sweep of another test's process
@@ -109,7 +110,5 @@ def _run(target: Callable[[], object], argv: list[str], cwd: Path, env_extra: di
                 lg.propagate, lg.disabled = propagate, disabled
         callback._CURRENT = None
         tracking_utils._tracking_uri = saved_uri
-        torch = sys.modules.get("torch")
-        if torch is not None and saved_threads is not None:
-            torch.set_num_threads(saved_threads)
+        torch.set_num_threads(saved_threads)
     return Ran(rc, out.getvalue(), err.getvalue())
