@@ -54,7 +54,7 @@ def test_two_processes_one_writer_and_same_resume_decision_ci(store, tmp_path):
     assert seeds == [0, 1, 2, 3]
 
 
-def test_processes_accelerate_did_not_connect_are_refused(store, tmp_path):
+def test_processes_accelerate_did_not_connect_are_refused(new_store, tmp_path):
     """``accelerate launch --multi_gpu`` without GPUs and without ACCELERATE_USE_CPU: two processes
     that accelerate leaves unconnected, each of which would log every rerun on its own. Refused
     with one sentence, before anything is logged."""
@@ -67,7 +67,7 @@ def test_processes_accelerate_did_not_connect_are_refused(store, tmp_path):
     assert proc.returncode != 0
     assert "accelerate connected 1" in proc.stderr and "ACCELERATE_USE_CPU=true" in proc.stderr
     assert "recipe_audit/" not in proc.stderr  # no traceback from the project (the launcher prints its own)
-    assert not (tmp_path / "store" / "mlflow.db").exists() or not _runs(store)
+    assert not (tmp_path / "store" / "mlflow.db").exists() or not _runs(new_store)
 
 
 def test_a_broken_rendezvous_is_one_sentence(tmp_path):
