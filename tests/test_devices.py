@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import sys
 
 import pytest
-from helpers.app import SMALL, run_app
+from helpers.app import REPO, SMALL, run_app
 from omegaconf import OmegaConf
 
 from recipe_audit import keys
@@ -170,3 +172,10 @@ def test_a_sweep_places_its_parallel_workers_on_faked_gpus(tmp_path, store):
     assert len(reruns) == 3 and all(len(d) == 1 for d in by_pid.values())  # a worker keeps its GPU
     assert len({d for ds in by_pid.values() for d in ds}) == len(by_pid) <= 2  # no two workers on one GPU
     assert {d for ds in by_pid.values() for d in ds} <= {"0", "1"}
+
+
+def test_the_gpu_bench_stops_with_one_sentence_without_a_gpu():
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "bench_gpu.py")], capture_output=True, text=True,
+                          env={**os.environ, devices.CVD: ""}, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("bench_gpu: no GPU is visible here") and proc.stderr.count("\n") == 1
