@@ -17,6 +17,7 @@ from recipe_audit.app import devices, threads
 
 BASIC = "hydra_plugins.recipe_audit.plugins.SeedLauncher"
 JOBLIB = "hydra_plugins.recipe_audit.plugins.SeedJoblibLauncher"
+HYDRA_JOBLIB = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
 LOCAL = "hydra_plugins.recipe_audit.plugins.TolerantLocalLauncher"
 SLURM = "hydra_plugins.recipe_audit.plugins.TolerantSlurmLauncher"
 RAY = "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher"
@@ -75,6 +76,7 @@ def test_a_machine_without_gpus_decides_nothing_and_touches_nothing(machine):
     (_cfg(BASIC), 1, "0,1,2,3", "1 job at a time: each sees all of them"),
     (_cfg(JOBLIB, n_jobs=4), 1, "0;1;2;3", "4 jobs at a time: 1 GPU each (0 | 1 | 2 | 3)"),
     (_cfg(JOBLIB, n_jobs=2), 1, "0,1;2,3", "2 jobs at a time: 2 GPUs each (0,1 | 2,3)"),
+    (_cfg(HYDRA_JOBLIB, n_jobs=2), 1, "0,1;2,3", "2 jobs at a time: 2 GPUs each (0,1 | 2,3)"),  # Hydra's own
     (_cfg(JOBLIB, n_jobs=3), 1, "0;1;2", "3 jobs at a time: 1 GPU each (0 | 1 | 2)"),
     (_cfg(JOBLIB, n_jobs=6), 1, "0;1;2;3;0;1",
      "6 jobs at a time: 2 reruns share each GPU; set hydra.launcher.n_jobs=4 for 1 GPU each (0 | 1 | 2 | 3 | 0 | 1)"),
@@ -179,3 +181,16 @@ def test_the_gpu_bench_stops_with_one_sentence_without_a_gpu():
                           env={**os.environ, devices.CVD: ""}, timeout=120)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("bench_gpu: no GPU is visible here") and proc.stderr.count("\n") == 1
+
+
+def test_the_sweeps_variable_is_put_back_when_the_sweep_ends(machine, monkeypatch):
+    monkeypatch.setenv(devices.ENV, "what it was")
+    devices.hand_to_jobs(devices.Placement(slots=("0", "1"), reason="r"))
+    assert os.environ[devices.ENV] == "0;1"
+    devices.restore()
+    assert os.environ[devices.ENV] == "what it was"
+    monkeypatch.delenv(devices.ENV)
+    devices.hand_to_jobs(devices.Placement(reason="r", launcher=True))
+    assert os.environ[devices.ENV] == devices.LAUNCHER
+    devices.restore()
+    assert devices.ENV not in os.environ
