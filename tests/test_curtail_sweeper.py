@@ -119,9 +119,11 @@ def test_record_goes_onto_the_sweep_parent(tmp_path, store, monkeypatch):
         tracking.end_sweep(info)
 
 
+@pytest.mark.slow
 def test_curtailing_sweep_end_to_end(tmp_path, store):
     """A recipe whose reruns all crash: the sweep stops after its first batch, and the card at the
-    end of the multirun states the verdict at the planned N with N, m and the reason."""
+    end of the multirun states the verdict at the planned N with N, m and the reason. (By default a
+    user's app runs the curtailing sweep end to end: tests/test_plugin.py, its reruns collapsing.)"""
     sweep_dir = tmp_path / "sweep"
     proc = run_app(["-m", "hydra/sweeper=curtail", "hydra.sweeper.batch_size=4", "seed=range(30)",
                     "recipe.lr=1e9", f"hydra.sweep.dir={sweep_dir}", *SMALL], cwd=tmp_path)

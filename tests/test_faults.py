@@ -129,7 +129,7 @@ def test_sigkill_rerun_is_unfinished_on_the_card_ci(store, tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_trains_only_unfinished_seeds_ci(store, tmp_path):
+def test_resume_trains_only_unfinished_seeds(store, tmp_path):  # CI: test_plugin's resume, by default
     """The sequential sweep dies with seed 2 (SIGKILL of the whole process, which trains every seed);
     relaunched with tracking.resume=true in the same sweep dir it trains seeds 2 and 3 only; the card
     has one result per seed, no unfinished rerun, and the dead attempt listed as a duplicate."""

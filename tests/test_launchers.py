@@ -44,12 +44,25 @@ def _check_sweep(proc, uri, sweep_dir, seeds):
 
 
 def test_joblib_two_workers_card_once(store, tmp_path):
+    """Two workers: every rerun nested under the sweep, the card once; threads=auto decided once,
+    by the sweep (logged once, recorded on the parent), and every rerun trained on it in a worker
+    (the sweep's end to end test of threads=auto; the rule itself: tests/test_threads.py)."""
+    from recipe_audit import keys
+
     sweep_dir = tmp_path / "sweep"
-    proc = run_app(["-m", "hydra/launcher=local_parallel", "seed=range(4)", f"hydra.sweep.dir={sweep_dir}", *SMALL],
-                   cwd=tmp_path, env_extra=ENV)
+    small = [a for a in SMALL if not a.startswith("threads=")]
+    proc = run_app(["-m", "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2", "seed=range(4)", "threads=auto",
+                    f"hydra.sweep.dir={sweep_dir}", *small], cwd=tmp_path, env_extra=ENV)
     reruns, card = _check_sweep(proc, store, sweep_dir, [0, 1, 2, 3])
     assert all(r.info.status == "FINISHED" for r in reruns)
     assert card["cells"][0]["unfinished"] == []
+    (parent,) = [r for r in _runs(store) if r.data.tags.get(keys.TAG_KIND) == keys.KIND_SWEEP]
+    n = parent.data.tags[keys.TAG_THREADS]
+    line = parent.data.tags[keys.TAG_THREADS_REASON]
+    assert line.startswith(f"{n} torch thread") and "2 jobs at a time)" in line
+    assert (proc.stdout + proc.stderr).count(line) == 1  # logged once, by the main process
+    assert {r.data.tags[keys.TAG_THREADS] for r in reruns} == {n}  # in the workers too
+    assert os.getpid() not in {int(r.data.tags[keys.TAG_PID]) for r in reruns}
 
 
 @pytest.mark.slow

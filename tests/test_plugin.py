@@ -255,11 +255,17 @@ def test_the_curtailing_sweeper_stops_a_users_sweep(tmp_path, store):
     proc = _run(app, ["-m", "seed=range(30)", "hydra/sweeper=curtail", "hydra.sweeper.batch_size=4", *PLUGIN,
                       f"hydra.sweep.dir={sweep_dir}"], env_extra={"COLLAPSE_ALL": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    reruns = _kind(_runs(store)[1], keys.KIND_RERUN)
+    _, runs = _runs(store)
+    reruns = _kind(runs, keys.KIND_RERUN)
     assert sorted(int(r.data.tags[keys.TAG_SEED]) for r in reruns) == [0, 1, 2, 3]
+    (parent,) = _kind(runs, keys.KIND_SWEEP)
+    assert json.loads(parent.data.tags[keys.TAG_PLANNED_SEEDS]) == list(range(30))  # the plan stays recorded
+    assert json.loads(parent.data.tags[keys.TAG_CURTAILMENT])["n_launched"] == 4
     cell = json.loads((sweep_dir / "card" / "card.json").read_text())["cells"][0]
-    assert (cell["n_reruns"], cell["n_failures"]) == (4, 4)
+    assert (cell["n_reruns"], cell["n_failures"], cell["verdict"]) == (4, 4, "unsupported")
     assert cell["curtailment"]["n_planned"] == 30 and cell["curtailment"]["stopped_early"]
+    assert "release-supported at N = 30 allows at most 0 failures" in cell["curtailment"]["sweep_reason"]
+    assert "4/4 (N = 30 planned)" in proc.stdout
 
 
 def test_only_the_main_process_writes_under_a_multi_process_launch(tmp_path, store):

@@ -237,9 +237,10 @@ def test_ci_minilm_model_logged_and_loaded(tmp_path, store):
 
 
 @pytest.mark.slow
-def test_ci_shift_on_real_reruns(tmp_path, store):
+def test_shift_on_real_reruns(tmp_path, store):
     """25 real reruns of recipe=stable scored on the domain shifts and on the entailment task:
-    supported on the calibration audit, not on the task shift; every audit set has its card."""
+    supported on the calibration audit, not on the task shift; every audit set has its card. (Not in
+    CI: its real sweep is tests/test_slow.py::test_ci_sweep_ends_with_a_card.)"""
     proc = run_app(["-m", "seed=range(25)", "recipe=stable", "task.options.n_audit=400", "progress=false",
                     "threads=1", "audit.extra_tasks=[entailment]", "+audit.extra_task_options.n_audit=400",
                     "+audit.extra_task_options.n_train=10", f"hydra.sweep.dir={tmp_path}/sweep"],

