@@ -327,7 +327,8 @@ def band_plot(entries: list[CardEntry]):
     hi = max([*finite.tolist(), *taus]) + 0.02
     grid = np.unique(np.r_[np.linspace(lo, hi, 800), finite, finite + 1e-9, finite - 1e-9])
     bb = stats.band_bounds(vals, grid, eps=e0.eps, delta=b.delta, higher_is_better=e0.higher_is_better,
-                           method=b.method, n_extra_failures=b.n_unlaunched_counted_as_failures)
+                           method=b.method, n_extra_failures=b.n_unlaunched_counted_as_failures,
+                           with_floor=False)  # the card holds the floor
     fig = Figure(figsize=(7, 3.6), dpi=110)
     ax = fig.add_subplot(1, 1, 1)
     ax.plot(grid, bb.upper, color="#d84a3b", lw=2, label=f"simultaneous band, every τ ({b.method})")

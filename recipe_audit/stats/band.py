@@ -349,17 +349,17 @@ def _floor(eps: float, delta: float, method: str, cap: int | None = None) -> int
     """Smallest n (at most ``cap``) with levels[0] <= eps for one fixed method, None when there is
     none up to ``cap``; levels[0] decreases with n (tested), so doubling then bisection finds it."""
     lo = sample_floor(eps, delta) - 1  # the pointwise floor: no band certifies below it
+    if cap is not None and lo >= cap:  # nor up to the cap: no band of that size is built
+        return None
     if lo >= 1 and _levels0(lo, delta, method) <= eps:
         raise AssertionError("a simultaneous band certified below the pointwise sample floor")
-    if method == "dkw":  # closed form, then corrected on the constant itself
-        lo = max(lo, math.ceil(math.log((1.0 if delta <= 0.5 else 2.0) / delta) / (2.0 * eps * eps)) - 3)
+    if method == "dkw":
+        return _dkw_floor(eps, delta)
     hi = max(lo + 1, 2)
     while _levels0(hi, delta, method) > eps:
         if cap is not None and hi >= cap:
             return None
         lo, hi = hi, 2 * hi if cap is None else min(2 * hi, cap)
-        if hi > 10**9:
-            raise StatsInputError(f"no band sample floor below 10^9 reruns for eps = {eps}, delta = {delta}.")
     while hi - lo > 1:  # invariant: levels0(lo) > eps (or lo < 1), levels0(hi) <= eps
         mid = (lo + hi) // 2
         if _levels0(mid, delta, method) <= eps:
@@ -367,6 +367,30 @@ def _floor(eps: float, delta: float, method: str, cap: int | None = None) -> int
         else:
             lo = mid
     return hi
+
+
+#: The most reruns at which a method's sample floor is searched (the DKW floor is a closed form).
+_METHOD_MAX_N = {"exact-cp": EXACT_CP_MAX_N, "exact-ks": EXACT_KS_MAX_N, "dkw": None}
+
+#: Counts up to here are exact in a float, so a floor's neighbour ``n - 1`` is a different number.
+_FLOAT_EXACT = 2**52
+
+
+def _dkw_floor(eps: float, delta: float) -> int:
+    """The DKW band's floor in closed form, ``ceil(ln(1/delta) / (2 eps^2))`` (``ln(2/delta)`` for
+    ``delta > 1/2``), corrected on the constant itself where floats tell ``n`` from ``n - 1``: no
+    band is built, so the cost does not grow with ``1/eps``."""
+    log_term = math.log((1.0 if delta <= 0.5 else 2.0) / delta)
+    x = log_term / (2.0 * eps) / eps  # eps * eps underflows for tiny eps
+    if not math.isfinite(x):
+        raise StatsInputError(f"eps = {eps!r} is too small: the band's sample floor is beyond every float.")
+    n = max(1, math.ceil(x))
+    if n < _FLOAT_EXACT:
+        while n > 1 and dkw_constant(n - 1, delta) <= eps:
+            n -= 1
+        while dkw_constant(n, delta) > eps:
+            n += 1
+    return n
 
 
 def _auto_method(n: int) -> str:
@@ -389,6 +413,10 @@ def band_sample_floor(eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, me
     """Smallest ``n`` at which a perfect sample (no failure at any τ) lets the band certify ``eps``:
     the smallest ``n`` with ``levels[0] <= eps`` for :func:`simultaneous_band` ``(n, delta, method)``.
 
+    A method named explicitly is searched only up to the size ``method="auto"`` would use it for
+    (``EXACT_CP_MAX_N``, ``EXACT_KS_MAX_N``; DKW has a closed form), so the time does not grow with
+    ``1/eps``: an ``eps`` it cannot certify within that is refused.
+
     Found by bisection on ``n`` starting from the pointwise floor ``N_min`` (no band can certify
     below it, since its local level is at most ``delta``), and checked on the band itself:
     ``levels[0] <= eps`` at the floor and ``> eps`` one rerun below. ``levels[0]`` decreases with
@@ -401,12 +429,19 @@ def band_sample_floor(eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, me
     d = check_scalar_delta(delta)
     if method not in ("auto", *BAND_METHODS):
         raise StatsInputError(f"unknown band method {method!r}; use one of {', '.join(BAND_METHODS)} or 'auto'.")
-    floor = _auto_floor(e, d) if method == "auto" else _floor(e, d, method)
+    if method == "auto":
+        floor = _auto_floor(e, d)
+    else:
+        floor = _floor(e, d, method, _METHOD_MAX_N[method])
+        if floor is None:
+            raise StatsInputError(
+                f"the {method} band cannot certify eps = {e!r} with up to {_METHOD_MAX_N[method]} reruns, the most "
+                "it is calibrated for (a band of that size takes too long to build); use the auto or dkw method.")
 
     def lev0(n: int) -> float:
         return _levels0(n, d, _auto_method(n) if method == "auto" else method)
 
-    if lev0(floor) > e or (floor > 1 and lev0(floor - 1) <= e):
+    if floor < _FLOAT_EXACT and (lev0(floor) > e or (floor > 1 and lev0(floor - 1) <= e)):
         raise AssertionError("band sample floor failed its check")
     return floor
 
@@ -434,7 +469,8 @@ class BandBounds:
     failures at every bar) out of ``n``; ``upper[i]`` is the band's bound (valid for all bars at
     once), ``pointwise_upper[i]`` the Clopper–Pearson bound ``U(k, n)`` (valid for one bar fixed in
     advance). ``certified_tau_limit``: the band certifies ``eps`` at every bar up to (lower-is-better:
-    down to) this value, None when it certifies none; ``sample_floor`` is the band's floor.
+    down to) this value, None when it certifies none; ``sample_floor`` is the band's floor (None
+    when asked ``with_floor=False``).
     """
 
     taus: tuple[float, ...]
@@ -446,7 +482,7 @@ class BandBounds:
     certified: tuple[bool, ...]
     certified_tau_limit: float | None
     higher_is_better: bool
-    sample_floor: int
+    sample_floor: int | None
     n_extra_failures: int
     band: SimultaneousBand
 
@@ -460,7 +496,7 @@ class BandBounds:
 
 
 def band_bounds(metrics, taus, *, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, higher_is_better: bool = True,
-                method: str = "auto", n_extra_failures: int = 0) -> BandBounds:
+                method: str = "auto", n_extra_failures: int = 0, with_floor: bool = True) -> BandBounds:
     """Per-bar simultaneous upper bounds from one cell's reruns.
 
     Parameters
@@ -478,6 +514,9 @@ def band_bounds(metrics, taus, *, eps: float = DEFAULT_EPS, delta: float = DEFAU
     n_extra_failures : int
         Reruns with no metric counted as failures at every bar (e.g. the unlaunched remainder of a
         curtailed sweep, for a worst-case completion); ``n = len(metrics) + n_extra_failures``.
+    with_floor : bool
+        False: leave ``sample_floor`` None (a plot of the band needs only its levels, and the floor
+        is a search over bands of other sizes).
 
     Examples
     --------
@@ -515,5 +554,5 @@ def band_bounds(metrics, taus, *, eps: float = DEFAULT_EPS, delta: float = DEFAU
         taus=tuple(t.tolist()), k=tuple(k.tolist()), n=n, eps=e,
         upper=tuple(upper.tolist()), pointwise_upper=tuple(np.atleast_1d(pointwise).tolist()),
         certified=tuple((upper <= e).tolist()), certified_tau_limit=limit, higher_is_better=hib,
-        sample_floor=band_sample_floor(e, d, method), n_extra_failures=extra, band=band,
+        sample_floor=band_sample_floor(e, d, method) if with_floor else None, n_extra_failures=extra, band=band,
     )

@@ -185,6 +185,34 @@ def test_band_sample_floor_values_and_checks():
     assert band_sample_floor(0.1, 0.1, "dkw") == math.ceil(math.log(10) / (2 * 0.01))
 
 
+@pytest.mark.parametrize("eps", [1e-4, 1e-5, 1e-7, 1e-12, 1e-15])
+def test_band_sample_floor_of_a_tiny_eps_is_the_dkw_closed_form_at_once(eps):
+    # beyond EXACT_KS_MAX_N reruns the auto band is DKW: its floor is ceil(ln(1/delta) / (2 eps^2)),
+    # found without building a band of that size (1e-12 once asked NumPy for 16.8 TiB, 1e-4 took 596 s)
+    import time
+
+    t0 = time.perf_counter()
+    f = band_sample_floor(eps, 0.1)
+    assert time.perf_counter() - t0 < 2.0
+    x = math.log(10) / (2 * eps * eps)
+    assert abs(f - x) <= max(2.0, 1e-12 * x)
+    if f < 2**52:  # where a float tells n from n - 1, the constant itself decides
+        assert dkw_constant(f, 0.1) <= eps < dkw_constant(f - 1, 0.1)
+    bb = band_bounds([0.9] * 30, [0.7], eps=eps, delta=0.1)
+    assert bb.sample_floor == f and bb.certified == (False,) and bb.band.method == "exact-cp"
+    assert band_bounds([0.9] * 30, [0.7], eps=eps, with_floor=False).sample_floor is None
+
+
+@pytest.mark.parametrize("method, cap", [("exact-cp", band_mod.EXACT_CP_MAX_N), ("exact-ks", band_mod.EXACT_KS_MAX_N)])
+def test_an_exact_band_named_is_not_searched_beyond_its_size(method, cap):
+    # its floor at eps = 1e-4 lies beyond the size the method is built for: refused, not computed
+    assert sample_floor(1e-4, 0.1) > cap
+    with pytest.raises(StatsInputError, match=f"the {method} band cannot certify eps = 0.0001 with up to {cap}"):
+        band_sample_floor(1e-4, 0.1, method)
+    with pytest.raises(StatsInputError, match="too small"):
+        band_sample_floor(1e-300, 0.1, "dkw")
+
+
 @pytest.mark.parametrize("method", ["exact-cp", "exact-ks", "dkw"])
 def test_level_zero_decreases_with_n(method):
     # the floor's bisection relies on it
