@@ -136,13 +136,17 @@ def _bounds_text(upper: float, lower: float, eps: float, verdict: str, u: str = 
             f"{lo} = {shown_beside(lower, eps, above=verdict == STRONG_UNSUPPORTED)}")
 
 
+def _family_or_anytime(a: argparse.Namespace, what: str) -> None:
+    if a.family_size is not None and a.anytime:
+        raise ValueError(f"Give --family-size or --anytime, not both: {what} reads either a recipe chosen "
+                         "from a family or an open-ended sweep.")
+
+
 def cmd_bound(a: argparse.Namespace) -> int:
     from recipe_audit.stats.exact import tail_bound  # pure Python: no NumPy, SciPy or pandas to import
     from recipe_audit.stats.options import check_budget
 
-    if a.family_size is not None and a.anytime:
-        raise ValueError("Give --family-size or --anytime, not both: a bound reads either a recipe chosen "
-                         "from a family or an open-ended sweep.")
+    _family_or_anytime(a, "a bound")
     check_budget(a.eps, a.delta, a.family_size, a.anytime)
     tb = tail_bound(a.failures, a.reruns, a.eps, a.delta)
     pointwise = {"upper_bound": tb.upper, "lower_bound": tb.lower, "sample_floor": tb.sample_floor,
@@ -206,6 +210,7 @@ def cmd_card(a: argparse.Namespace) -> int:
     # what the options alone decide, before the store is read
     if not a.experiment_name.strip():
         raise ValueError("--experiment-name must name an experiment.")
+    _family_or_anytime(a, "a card")
     audits = list(a.audit or [])
     check.audit_names(audits)
     if a.metric is not None and not a.metric.strip():
@@ -315,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # CardError, QueryError, StatsInputError and every input check
         print(f"recipe-audit: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except RecursionError:  # a document nested deeper than anything recipe_audit writes
+        print("recipe-audit: error: the input is nested too deeply to be read (no file recipe_audit writes "
+              "is nested like that).", file=sys.stderr)
+        return 2
     except Exception as exc:
         # the store's own errors, without importing the modules that define them (``bound``
         # imports neither MLflow nor the tracking module): only a module that ran can have raised
@@ -325,6 +334,17 @@ def main(argv: list[str] | None = None) -> int:
             from recipe_audit.store.uris import mask_in_text
 
             print(f"recipe-audit: error: {mask_in_text(_one_line(exc))}", file=sys.stderr)
+            return 2
+        sql_exc = sys.modules.get("sqlalchemy.exc")
+        sqlite = sys.modules.get("sqlite3")
+        if (sql_exc is not None and isinstance(exc, sql_exc.SQLAlchemyError)) or (
+                sqlite is not None and isinstance(exc, sqlite.Error)):
+            # a damaged or truncated SQLite file, a database that refuses: the driver's own first line
+            from recipe_audit.store.uris import mask_in_text
+
+            cause = getattr(exc, "orig", None) or exc
+            print(f"recipe-audit: error: the tracking store could not be read ({mask_in_text(_one_line(cause))}); "
+                  "is it an MLflow store, whole and not being written?", file=sys.stderr)
             return 2
         raise
 

@@ -176,6 +176,9 @@ CARD = [
     (C + ["--family-size", "0"], 2, "argument --family-size: '0' must lie between 1 and 10^15"),
     (C + ["--family-size", "many"], 2, "'many' is not a whole number"),
     (C + ["--anytime=yes"], 2, "ignored explicit argument 'yes'"),
+    (C + ["--family-size", "3", "--anytime"], 2, "Give --family-size or --anytime, not both: a card reads"),
+    (C + ["--eps", "1e-4", "--band-method", "exact-cp"], 2,
+     "the exact-cp band cannot certify eps = 0.0001 with up to 2000 reruns"),
     (C + ["--nope"], 2, "unrecognized arguments: --nope"),
 ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import signal
 import socket
@@ -190,3 +191,77 @@ def test_a_killed_parallel_worker_is_recorded_and_the_sweep_goes_on_ci(store, tm
     cell = json.loads((sweep_dir / "card" / "card.json").read_text())["cells"][0]
     assert cell["n_reruns"] == 3 and cell["unfinished"] == []
     assert 1 in [d["seed"] for d in cell["duplicates"]]
+
+
+# --- faults that end in one sentence, in process ----------------------------------------------
+# Each row: what the command is given (braces filled in below), its exit status and a fragment of
+# the one sentence on stderr. Each was a traceback, an exhausted machine or a silent exit before.
+
+FAULTS = [
+    # a SQLite file cut short (a full disk, a copy interrupted): SQLAlchemy's traceback before
+    (["gate", "--model-name", "m", "--alias", "a", "--tracking-uri", "{truncated}"], 2,
+     "the tracking store could not be read (database disk image is malformed)"),
+    (["card", "--experiment-name", "exp", "--tracking-uri", "{truncated}"], 2, "database disk image is malformed"),
+    # a card.json nested 100000 deep: RecursionError before
+    (["verify", "{deep}"], 2, "is not a recipe card (its JSON is nested too deeply to read)"),
+    (["attach", "--model-name", "m", "--version", "1", "--card", "{deep}", "--tracking-uri", "{uri}"], 2,
+     "is not a recipe card (its JSON is nested too deeply to read)"),
+    (["verify", "{deep_inside}"], 2, "Not a valid recipe card"),
+    # usage errors are exit 2, as argparse's own
+    (["gate", "--model-name", "m", "--alias", "a", "--audit", "", "--tracking-uri", "{uri}"], 2,
+     "--audit must name an audit set"),
+    (["card", "--experiment-name", "exp", "--tracking-uri", "{uri}", "--family-size", "2", "--anytime"], 2,
+     "Give --family-size or --anytime, not both"),
+]
+
+
+@pytest.fixture(scope="module")
+def fault_places(tmp_path_factory):
+    from helpers.store import synthetic_sweep
+
+    tmp = tmp_path_factory.mktemp("faults")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    synthetic_sweep(uri, {s: 0.9 for s in range(5)})
+    truncated = tmp / "truncated.db"
+    raw = (tmp / "mlflow.db").read_bytes()
+    truncated.write_bytes(raw[: len(raw) // 3])
+    deep = tmp / "deep"
+    deep.mkdir()
+    (deep / "card.json").write_text("[" * 100_000 + "]" * 100_000)
+    inside = tmp / "inside"
+    inside.mkdir()  # a card-like object whose manifest and cells are nested just under Python's limit
+    nested = "[" * 900 + "]" * 900
+    (inside / "card.json").write_text(f'{{"kind": "recipe_card", "artifacts": {{"a": {nested}}}, "cells": {nested}}}')
+    return {"uri": uri, "truncated": f"sqlite:///{truncated}", "deep": str(deep), "deep_inside": str(inside),
+            "tmp": tmp}
+
+
+@pytest.mark.parametrize("args, code, fragment", FAULTS, ids=[" ".join(c[0])[:50] for c in FAULTS])
+def test_a_fault_is_one_sentence(args, code, fragment, fault_places, capsys):
+    from helpers.cli import run_cli
+
+    fill = {k: v for k, v in fault_places.items() if isinstance(v, str)}
+    rc, out, err = run_cli([a.format(**fill) for a in args], capsys)
+    lines = [ln for ln in err.splitlines() if not ln.startswith("20")]  # MLflow's own INFO lines
+    assert rc == code, err
+    assert len(lines) == 1 and lines[0].startswith("recipe-audit: error: "), err
+    assert fragment in lines[0]
+    assert "Traceback" not in err and not out
+
+
+@pytest.mark.parametrize("eps", ["1e-4", "1e-12"])
+def test_a_tiny_budget_card_is_computed_in_time(eps, fault_places, capsys):
+    # numpy was asked for 16.8 TiB at 1e-12 (the band's sample floor), 1e-4 took 596 s: the floor
+    # no longer builds bands of the floor's size, so the time is that of the reruns the card reads
+    from helpers.cli import run_cli
+
+    out_dir = fault_places["tmp"] / f"card-{eps}"
+    t0 = time.perf_counter()
+    rc, out, err = run_cli(["card", "--experiment-name", "exp", "--tracking-uri", fault_places["uri"],
+                            "--eps", eps, "--anytime", "--out", str(out_dir)], capsys)
+    assert rc == 0, err
+    assert time.perf_counter() - t0 < 90
+    entry = json.loads((out_dir / "card.json").read_text())["cells"][0]
+    floor = entry["band"]["sample_floor"]
+    assert abs(floor - math.log(10) / (2 * float(eps) ** 2)) <= max(2, 1e-12 * floor)  # DKW's closed form
+    assert entry["band"]["supported"] is False

@@ -108,10 +108,13 @@ def test_a_job_takes_the_sweeps_decision_else_decides_once(machine, monkeypatch,
     assert [r.getMessage() for r in caplog.records] == ["4 torch threads per rerun (4 CPUs free, 1 job at a time)"]
 
 
-@pytest.mark.parametrize("bad", ["many", -1, 1.5, True, None])
+@pytest.mark.parametrize("bad", ["many", -1, 1.5, True, None, 1_000_000, threads.MAX_THREADS + 1, 10**40,
+                                 float("inf"), "1e6"])
 def test_a_bad_value_is_one_sentence(bad):
-    with pytest.raises(threads.ThreadsError, match="threads must be auto or a whole number from 0"):
+    # a million threads once made the tokenizers panic, then the rerun segfaulted (exit 139)
+    with pytest.raises(threads.ThreadsError, match="threads must be auto or a whole number from 0 to 1024, not"):
         threads.parse(bad)
+    assert threads.parse(threads.MAX_THREADS) == threads.MAX_THREADS
 
 
 # A sweep that records its decision, every rerun training on it in a worker: end to end in

@@ -41,22 +41,36 @@ ENV = "RECIPE_AUDIT_THREADS"  # the sweep's decision, a whole number, for its jo
 AUTO = "auto"
 
 
+#: The most torch threads one rerun may ask for: far beyond any machine's cores per process, far
+#: below what breaks the libraries (a million threads: a tokenizers panic, then a segfault).
+MAX_THREADS = 1024
+
+
 class ThreadsError(ValueError):
-    """A ``threads`` value that is neither ``auto`` nor a whole number from 0 (one sentence)."""
+    """A ``threads`` value that is neither ``auto`` nor a whole number from 0 to ``MAX_THREADS``
+    (one sentence)."""
 
 
 def parse(value: Any) -> int | str:
-    """``auto`` or a whole number of threads from 0 (0: torch's own choice)."""
+    """``auto`` or a whole number of threads from 0 to ``MAX_THREADS`` (0: torch's own choice).
+
+    >>> parse("auto"), parse(4)
+    ('auto', 4)
+    """
+    wanted = f"threads must be auto or a whole number from 0 to {MAX_THREADS}"
     if isinstance(value, str) and value.strip().lower() == AUTO:
         return AUTO
     if isinstance(value, bool):
-        raise ThreadsError(f"threads must be auto or a whole number from 0, not {value}.")
+        raise ThreadsError(f"{wanted}, not {value}.")
     try:
         n = int(value)
-    except (TypeError, ValueError):
-        raise ThreadsError(f"threads must be auto or a whole number from 0, not {value!r}.") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ThreadsError(f"{wanted}, not {value!r}.") from None
     if n < 0 or n != float(value):
-        raise ThreadsError(f"threads must be auto or a whole number from 0, not {value!r}.")
+        raise ThreadsError(f"{wanted}, not {value!r}.")
+    if n > MAX_THREADS:
+        raise ThreadsError(f"{wanted}, not {value!r}: more threads than that only slow a rerun down (this "
+                           f"machine has {usable_cpus()} usable CPUs) and break the tokenizers' thread pool.")
     return n
 
 

@@ -118,6 +118,8 @@ def cmd_attach(a: argparse.Namespace) -> int:
 def cmd_gate(a: argparse.Namespace) -> int:
     from recipe_audit.release.registry import gate
 
+    if a.audit is not None and not a.audit.strip():
+        raise ValueError("--audit must name an audit set (e.g. calibration).")
     uri = _open(a.tracking_uri)
     res = gate(uri, a.model_name, version=a.version, alias=a.alias, audit=a.audit, tau=a.tau,
                max_eps=a.max_eps, max_delta=a.max_delta, pointwise=a.pointwise)

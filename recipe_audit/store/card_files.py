@@ -34,7 +34,7 @@ def _manifest(raw: bytes) -> list[str]:
     """The file names a card's ``artifacts`` manifest lists (none when it is not such a card)."""
     try:
         listed = json.loads(raw.decode("utf-8")).get("artifacts") or {}
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, RecursionError, TypeError):
         return []
     return [n for n in listed if isinstance(n, str) and n and "/" not in n and "\\" not in n and n not in (".", "..")]
 
@@ -77,9 +77,14 @@ def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise CardError(f"{text} is not a recipe card (not a JSON document).") from None
+    except RecursionError:
+        raise CardError(f"{text} is not a recipe card (its JSON is nested too deeply to read).") from None
     if not isinstance(doc, dict) or doc.get("kind") != "recipe_card":
         raise CardError(f"{text} is not a recipe card (its 'kind' is not 'recipe_card').")
-    validate(doc)
+    try:
+        validate(doc)
+    except RecursionError:
+        raise CardError(f"{text} is not a recipe card (its JSON is nested too deeply to check).") from None
     return CardFiles(doc, files, own_place)
 
 
