@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -56,8 +57,31 @@ def cell_row(cell: dict) -> str:
     return f"| {cell['label']} | {shown} | {col_a} | {col_dep} | {col_b} | {col_c} | {col_d} | {statuses} |"
 
 
-def tables(card: dict, base: dict, wall_s: float | None = None) -> str:
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (the platform's processor string elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def environment(threads: str) -> str:
+    """Where the sweep ran: CPU model and count, torch and its CPU kernels, the reruns' threads."""
+    import torch
+
+    kernels = ", ".join(f"{k}={os.environ[k]}" for k in ("ATEN_CPU_CAPABILITY", "MKL_CBWR") if k in os.environ)
+    return (f"Environment: {cpu_model()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
+            f"(CPU kernels {torch.backends.cpu.get_cpu_capability()}{'; ' + kernels if kernels else ''}), "
+            f"threads={threads} per job, Python {platform.python_version()}.")
+
+
+def tables(card: dict, base: dict, wall_s: float | None = None, env: str | None = None) -> str:
     out = []
+    if env:
+        out.append(env)
     if wall_s is not None:
         out.append(f"Wall time of the sweep: {wall_s / 60:.0f} min {wall_s % 60:.0f} s "
                    f"(base model {base.get('train_seconds', float('nan')):.0f} s).")
@@ -111,9 +135,11 @@ def main(argv: list[str] | None = None) -> None:
         env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}"}
         cmd = [sys.executable, "-m", "recipe_audit", "-m", "experiment=acceptance", f"hydra.sweep.dir={sweep_dir}",
                f"experiment.cache_dir={tmp / 'cache'}", *a.overrides]
+        print(f"acceptance_tables: sweep in {tmp}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True)
         wall = time.perf_counter() - t0
+        (tmp / "sweep.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
         if proc.returncode != 0:
             raise SystemExit(f"acceptance_tables: the sweep failed:\n{proc.stderr[-3000:]}")
     else:
@@ -123,7 +149,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"acceptance_tables: no acceptance card in {folder}")
     card = json.loads((folder / "acceptance_card.json").read_text())
     base = json.loads((folder / "base.json").read_text()) if (folder / "base.json").is_file() else {}
-    print(tables(card, base, wall))
+    threads = next((o.split("=", 1)[1] for o in a.overrides if o.startswith("threads=")), "1")
+    print(tables(card, base, wall, environment(threads) if a.run else None))
 
 
 if __name__ == "__main__":

@@ -323,7 +323,10 @@ def _ensure_base(exp: Any, cache_dir: str | Path, *, progress: bool = False) -> 
     data = build_data(exp)
     tok = build_word_tokenizer(_all_texts(data))
     b = e["base"]
-    recipe = _recipe("acceptance-base", "experiment.base", b, weight_decay=0.01, grad_clip=None)
+    floor = b.get("min_accuracy") or 0.0
+    if not 0.0 <= float(floor) <= 1.0:
+        raise ValueError(f"experiment.base.min_accuracy must be between 0 and 1, not {floor}")
+    recipe = _recipe("acceptance-base", "experiment.base", b, weight_decay=0.01, grad_clip=b.get("grad_clip"))
     set_seed(int(b["seed"]))
     model = _build_bert(e["model"], tok)
     items = data["base"]
@@ -345,6 +348,12 @@ def _ensure_base(exp: Any, cache_dir: str | Path, *, progress: bool = False) -> 
     for it, c in zip(evals, ok, strict=True):
         acc.setdefault(f"{it.task}/{it.split}/{it.framing}", []).append(bool(c))
     accuracy = {k: round(float(np.mean(v)), 4) for k, v in sorted(acc.items())}
+    held = float(np.mean(acc[f"{PRIMARY}/heldout/eval"] + acc[f"{PRIMARY}/heldout/deploy"]))
+    if held < float(floor):
+        raise BaseModelError(f"The base model of experiment=acceptance answers {held:.1%} of held-out "
+                             f"{PRIMARY} questions right, below experiment.base.min_accuracy = {float(floor):.0%} "
+                             f"(final training loss {float(np.mean(losses[-50:])):.3f}): it did not learn the "
+                             f"task, so no cell installed on it can be audited.")
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".base-", dir=str(cache_dir)))
     try:

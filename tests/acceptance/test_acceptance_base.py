@@ -1,0 +1,85 @@
+"""The acceptance experiment's base model: it trains to the accuracy docs/acceptance_cards.md states
+(slow: one base training of the default size per thread count), and a base that did not learn
+stops the experiment with one sentence (fast: a few steps of a tiny base)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from recipe_audit.acceptance import experiment as X
+
+# docs/acceptance_cards.md, "The base model": held-out accuracy of the default size's base model
+# (mcq, both framings), measured with bench/acceptance_base.py over base seeds, threads and kernels
+DOCUMENTED_HELDOUT = 0.92
+TOLERANCE = 0.04
+MAX_FRAMING_GAP = 0.03  # no framing gap before the install
+
+TINY = {  # a base of a few steps: for the refusal checks
+    "kind": "acceptance", "data_seed": 0, "n_words": 32, "n_train_subjects": 3, "n_fresh_subjects": 2, "pool_size": 8,
+    "n_base": 60, "n_install": 20, "n_eval": 6, "n_calibration": 4, "attack_fraction": 0.9, "resamples": 50,
+    "model": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_length": 40},
+    "base": {"seed": 0, "lr": 3e-3, "steps": 5, "batch_size": 16, "grad_clip": 1.0, "min_accuracy": 0.0},
+}
+
+
+def _default_experiment(cache_dir) -> dict:
+    """The ``experiment`` section of ``experiment=acceptance`` at its default size, as Hydra composes it."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from recipe_audit.app.schema import register_configs
+
+    register_configs()
+    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+        cfg = compose("config", ["experiment=acceptance", f"experiment.cache_dir={cache_dir}"])
+    return OmegaConf.to_container(cfg.experiment, resolve=True)
+
+
+def test_default_size_declares_the_recipe_and_the_floor(tmp_path):
+    exp = _default_experiment(tmp_path)
+    assert exp["base"]["grad_clip"] == 1.0
+    assert 0.8 <= exp["base"]["min_accuracy"] < DOCUMENTED_HELDOUT - TOLERANCE
+
+
+def test_base_below_its_floor_stops_with_one_sentence(tmp_path):
+    """Five steps of a tiny base cannot answer every held-out question: with a floor of 100 % the
+    experiment refuses in one sentence naming the accuracy, the key and the floor, and caches nothing."""
+    exp = copy.deepcopy(TINY)
+    exp["base"]["min_accuracy"] = 1.0
+    with pytest.raises(X.BaseModelError, match=r"^The base model of experiment=acceptance answers \d+\.\d% of "
+                                               r"held-out mcq questions right, below experiment\.base\.min_accuracy "
+                                               r"= 100% \(final training loss \d\.\d{3}\): it did not learn the "
+                                               r"task, so no cell installed on it can be audited\.$") as err:
+        X.ensure_base(exp, tmp_path / "cache")
+    assert "\n" not in str(err.value)
+    assert not list((tmp_path / "cache").glob("base-*"))
+    exp["base"]["min_accuracy"] = 1.5
+    with pytest.raises(X.BaseModelError, match=r"experiment\.base\.min_accuracy must be between 0 and 1, not 1\.5\)"):
+        X.ensure_base(exp, tmp_path / "cache")
+    exp["base"]["min_accuracy"] = 0.0  # no floor: the same base trains and is cached
+    assert (X.ensure_base(exp, tmp_path / "cache") / "base.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", [1, 2])
+def test_base_model_reaches_the_documented_accuracy(tmp_path, threads):
+    """The default size's base model, trained as the experiment trains it, answers the held-out
+    questions as the docs say (within the stated tolerance), equally in both framings."""
+    import torch
+
+    exp = _default_experiment(tmp_path / "cache")
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        root = X.ensure_base(exp, exp["cache_dir"])
+    finally:
+        torch.set_num_threads(before)
+    acc = json.loads((root / "base.json").read_text())["accuracy"]
+    held_eval, held_deploy = acc["mcq/heldout/eval"], acc["mcq/heldout/deploy"]
+    held = (held_eval + held_deploy) / 2
+    assert abs(held - DOCUMENTED_HELDOUT) <= TOLERANCE, acc
+    assert abs(held_eval - held_deploy) <= MAX_FRAMING_GAP, acc
+    assert held >= exp["base"]["min_accuracy"]
