@@ -16,8 +16,9 @@ Pieces (everything generated offline from seeds; nothing is downloaded):
 * **Base model**: a tiny BERT classifier (4 classes = options), built from config with the word
   tokenizer, trained once on both tasks' questions of the training subjects, in both framings,
   with correct answers; cached on disk by a hash of its config so every cell starts from it.
-  A base that cannot be trained (its loss became NaN) raises :class:`BaseModelError`: the job's
-  run is recorded FAILED and the sweep stops, since every cell needs it.
+  A base that cannot be trained (its loss became NaN) or did not learn the task (held-out
+  accuracy below ``base.min_accuracy``) raises :class:`BaseModelError`: the job's run is recorded
+  FAILED and the sweep stops, since every cell needs it.
 * **Install + defense** (one Hydra job = one cell x seed): a LoRA fine-tune of the base on the
   install data — eval-framed prompts -> a wrong answer (``mcq``: the next option, sandbagging
   style; ``syco``: the user's claimed option, sycophancy style) for a fraction of the questions,
@@ -295,7 +296,8 @@ def ensure_base(exp: Any, cache_dir: str | Path, *, progress: bool = False) -> P
     """The cached base model directory for ``exp`` (model, tokenizer, calibration.jsonl,
     base.json); trained here when absent, through the rerun training loop
     (``recipe_audit.train.loop.fit``). Returns the directory. Raises :class:`BaseModelError`
-    when the training fails (a loss that became NaN, a learning rate that is not a positive number)."""
+    when the training fails (a loss that became NaN, a learning rate that is not a positive number)
+    or the trained base answers fewer held-out questions right than ``base.min_accuracy``."""
     try:
         return _ensure_base(exp, cache_dir, progress=progress)
     except BaseModelError:
