@@ -14,3 +14,35 @@ def first_line(exc: BaseException, limit: int | None = None) -> str:
     """
     lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
     return (lines[0] if lines else type(exc).__name__)[:limit]
+
+
+def error_line(exc: BaseException, limit: int = 500) -> str:
+    """``Type: first line`` of ``exc``, the innermost cause first when ``exc`` wraps others
+    (``raise ... from``, or an error raised while handling another): a wrapper's first line often
+    names only where the error happened (Hydra's ``InstantiationException: Error in call to target
+    '...':``), the cause what happened.
+
+    >>> error_line(ValueError("bad lr\\nmore"))
+    'ValueError: bad lr'
+    >>> try:
+    ...     try:
+    ...         raise OSError("disk full")
+    ...     except OSError as e:
+    ...         raise RuntimeError("Error in call to target 'x.Logger':\\nOSError('disk full')") from e
+    ... except RuntimeError as e:
+    ...     print(error_line(e))
+    OSError: disk full (raised as RuntimeError: Error in call to target 'x.Logger')
+    """
+    chain = [exc]
+    while True:
+        cur = chain[-1]
+        nxt = cur.__cause__ if cur.__cause__ is not None else (
+            None if cur.__suppress_context__ else cur.__context__)
+        if nxt is None or any(nxt is seen for seen in chain):
+            break
+        chain.append(nxt)
+    inner = chain[-1]
+    line = f"{type(inner).__name__}: {first_line(inner)}"
+    if inner is not exc:
+        line += f" (raised as {type(exc).__name__}: {first_line(exc).rstrip(':').rstrip()})"
+    return line[:limit]

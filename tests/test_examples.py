@@ -1,12 +1,16 @@
 """The client examples (``examples/``): each Hydra app, which knows nothing about recipe_audit,
 swept over 6 seeds with the plugin on the command line, one seed made to crash or collapse, with
-Hydra's basic and joblib launchers. Checked: the card's N, k and verdict, and that every rerun's
-run holds the client's own logged metrics (so its logging went into the rerun, not elsewhere).
+Hydra's basic and joblib launchers. Checked: the card's N, k and verdict, that every rerun's run
+holds the client's own logged metrics (so its logging went into the rerun, not elsewhere), and
+that no job created a run outside the sweep's tree (every run but the sweep's has a parent).
 
 The plain-MLflow and bare-function apps are fast and run by default (two of their four app ×
-launcher combinations; the other two are marked slow); the Hugging Face ``Trainer``
-and Lightning apps import their frameworks in every process and are marked slow (the ``_ci`` ones
-run in CI). They need the ``examples`` extra (``pytorch-lightning``).
+launcher combinations; the other two are marked slow). The Hugging Face ``Trainer`` and Lightning
+apps import their frameworks in every process: by default one sweep each of the replica of
+lightning-hydra-template (its own ``logger/mlflow.yaml``, file store included, used unchanged) and
+of the ``Trainer`` script whose card metric is logged only by ``trainer.evaluate()`` after
+``train()``; the others are marked slow (the ``_ci`` ones run in CI). They need the ``examples``
+extra (``pytorch-lightning``).
 """
 
 from __future__ import annotations
@@ -29,13 +33,20 @@ class Example:
     name: str
     metric: str
     own_metrics: tuple[str, ...]  # what the client logs itself (or returns)
+    script: str = "train.py"  # under examples/<name>/
+    args: tuple[str, ...] = ()  # the app's own options on the command line, as its README gives them
 
 
 EXAMPLES = {
     "plain_mlflow": Example("plain_mlflow", "val_accuracy", ("loss", "val_accuracy")),
     "bare_function": Example("bare_function", "val_accuracy", ("val_accuracy",)),
-    "hf_trainer": Example("hf_trainer", "eval_accuracy", ("eval_accuracy", "eval_loss")),
+    # test_accuracy and test_positive_rate are logged only after train() (evaluate, predict)
+    "hf_trainer": Example("hf_trainer", "test_accuracy",
+                          ("eval_accuracy", "eval_loss", "test_accuracy", "test_positive_rate")),
     "lightning": Example("lightning", "val_acc", ("val_acc",)),
+    # lightning-hydra-template's layout, its logger/mlflow.yaml (a file store MLflow 3 refuses) as it is
+    "lightning_template": Example("lightning_template", "test/acc", ("train/loss", "val/acc", "test/acc"),
+                                  script="src/train.py", args=("logger=mlflow",)),
 }
 LAUNCHERS = {"basic": [], "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]}
 
@@ -45,9 +56,11 @@ def _sweep(tmp_path, ex: Example, launcher: str, fault: str):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_RUN", "RECIPE_AUDIT_"))}
     env["HYDRA_FULL_ERROR"] = "0"
     env["OMP_NUM_THREADS"] = "1"  # two joblib workers on two cores: no oversubscription
-    args = [sys.executable, os.path.join(REPO, "examples", ex.name, "train.py"), "-m", "seed=range(6)",
+    # the template writes its logs (and would write its file store) under paths.log_dir
+    own = [*ex.args, f"paths.log_dir={tmp_path / 'logs'}"] if ex.name == "lightning_template" else [*ex.args]
+    args = [sys.executable, os.path.join(REPO, "examples", ex.name, ex.script), "-m", "seed=range(6)",
             "hydra/callbacks=recipe_audit", f"hydra.callbacks.recipe_audit.metric={ex.metric}",
-            f"{fault}_seed=2", f"hydra.sweep.dir={sweep_dir}", *LAUNCHERS[launcher]]
+            f"{fault}_seed=2", f"hydra.sweep.dir={sweep_dir}", *own, *LAUNCHERS[launcher]]
     proc = procs.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     return proc, sweep_dir
 
@@ -63,6 +76,11 @@ def _check(tmp_path, store, ex: Example, launcher: str, fault: str):
     exp = client.get_experiment_by_name("train")
     runs = client.search_runs([exp.experiment_id], max_results=1000)
     (parent,) = [r for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_SWEEP]
+    # no job created a run outside the sweep's tree: the sweep's run is the only one without a parent
+    assert [r.info.run_id for r in runs if "mlflow.parentRunId" not in r.data.tags] == [parent.info.run_id]
+    # nor an experiment of its own (Lightning's MLFlowLogger would open "lightning_logs")
+    assert {e.name for e in client.search_experiments()} <= {"train", "Default"}
+    assert all(not client.search_runs([e.experiment_id]) for e in client.search_experiments() if e.name != "train")
     reruns = {int(r.data.tags[keys.TAG_SEED]): r for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_RERUN}
     assert sorted(reruns) == list(range(6))
     # nothing the client logged went to a run of its own outside the sweep
@@ -72,12 +90,18 @@ def _check(tmp_path, store, ex: Example, launcher: str, fault: str):
         assert r.data.tags[keys.TAG_PARENT] == parent.info.run_id
         if fault == "crash" and seed == 2:
             assert r.info.status == "FAILED" and "injected crash" in r.data.tags[keys.TAG_ERROR]
+            if ex.name == "lightning_template":  # built by hydra.utils.instantiate: the cause, then Hydra's line
+                assert r.data.tags[keys.TAG_ERROR].startswith("RuntimeError: injected crash"), r.data.tags
+                assert "(raised as InstantiationException: Error in call to target" in r.data.tags[keys.TAG_ERROR]
             continue
         assert r.info.status == "FINISHED", (seed, r.data.tags.get(keys.TAG_ERROR))
         for m in ex.own_metrics:
             assert m in r.data.metrics, (seed, m, sorted(r.data.metrics))
         collapsed = fault == "collapse" and seed == 2
         assert (r.data.metrics[ex.metric] < 0.7) == collapsed, (seed, r.data.metrics[ex.metric])
+    if ex.name == "lightning_template":  # pointed at the rerun: the template's file store never made
+        assert not (tmp_path / "logs" / "mlflow").exists()
+        assert "the MLFlowLogger at logger.mlflow logs into rerun" in proc.stdout + proc.stderr
     (cell,) = json.loads((sweep_dir / "card" / "card.json").read_text())["cells"]
     assert (cell["n_reruns"], cell["n_failures"], cell["tau"]) == (6, 1, 0.7)
     assert cell["verdict"] == "insufficient-evidence"  # 6 reruns: below the sample floor of 22
@@ -96,12 +120,15 @@ def test_light_examples(tmp_path, store, name, fault, launcher):
     _check(tmp_path, store, EXAMPLES[name], launcher, fault)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name, launcher, fault", [
-    pytest.param("hf_trainer", "basic", "crash", id="hf_trainer-basic-ci"),
-    pytest.param("hf_trainer", "joblib", "collapse", id="hf_trainer-joblib"),
-    pytest.param("lightning", "joblib", "crash", id="lightning-joblib-ci"),
-    pytest.param("lightning", "basic", "collapse", id="lightning-basic"),
+    # by default: lightning-hydra-template unchanged, and a Trainer evaluated after train()
+    pytest.param("lightning_template", "basic", "crash", id="lightning_template-basic"),
+    pytest.param("hf_trainer", "basic", "crash", id="hf_trainer-basic"),
+    pytest.param("lightning_template", "joblib", "crash", id="lightning_template-joblib-ci",
+                 marks=pytest.mark.slow),
+    pytest.param("hf_trainer", "joblib", "collapse", id="hf_trainer-joblib-ci", marks=pytest.mark.slow),
+    pytest.param("lightning", "joblib", "crash", id="lightning-joblib-ci", marks=pytest.mark.slow),
+    pytest.param("lightning", "basic", "collapse", id="lightning-basic", marks=pytest.mark.slow),
 ])
 def test_framework_examples(tmp_path, store, name, launcher, fault):
     _check(tmp_path, store, EXAMPLES[name], launcher, fault)

@@ -402,3 +402,147 @@ def test_a_killed_joblib_worker_leaves_nothing_running(tmp_path, store):
     assert parent.info.status == "FAILED" and "stopped before its end" in parent.data.tags[keys.TAG_ERROR]
     killed = [r for r in _kind(runs, keys.KIND_RERUN) if r.data.tags[keys.TAG_SEED] == "1"]
     assert [r.info.status for r in killed] == ["KILLED"]
+
+
+# -- real clients in process: Lightning's MLFlowLogger, fluent calls after the job ended its run -----------
+
+TEMPLATE_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                                "lightning_template", "configs")
+
+
+def _rerun(store_uri, run_id="0" * 32):
+    from recipe_audit.app.callback import Rerun
+
+    return Rerun(run_id, "", store_uri, "1", "train", 1, "r" * 16, None)
+
+
+def test_an_mlflow_logger_node_is_pointed_at_the_rerun_and_nothing_else_changes(tmp_path, store, monkeypatch,
+                                                                                  caplog):
+    """lightning-hydra-template's logger/mlflow.yaml names a file store MLflow 3 refuses and no
+    run id: the callback points the node at the rerun (its store, run, experiment) before the task
+    builds the logger, leaves every other key as it is, and says so in one line; the logger then
+    logs into the rerun (Lightning's own code, no run or experiment of its own)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from recipe_audit.app.callback import _point_mlflow_loggers, mlflow_logger_paths
+    from recipe_audit.store import tracking
+
+    monkeypatch.setenv("PROJECT_ROOT", str(tmp_path))
+    with initialize_config_dir(config_dir=TEMPLATE_CONFIGS, version_base="1.3"):
+        cfg = compose("train", overrides=["logger=mlflow", "seed=1"])
+    before = OmegaConf.to_container(cfg.logger.mlflow, resolve=False)
+    assert before["tracking_uri"] == "${paths.log_dir}/mlflow/mlruns" and "run_id" not in before
+    paths = mlflow_logger_paths(OmegaConf.to_container(cfg, resolve=False))
+    assert paths == [("logger", "mlflow")]
+    st = tracking.open_store(store, "train")
+    run_id = st.client.create_run(st.experiment_id).info.run_id
+    with caplog.at_level("INFO", logger="recipe_audit"):
+        (line,) = _point_mlflow_loggers(cfg, paths, _rerun(store, run_id))
+    after = OmegaConf.to_container(cfg.logger.mlflow, resolve=False)
+    assert (after["tracking_uri"], after["run_id"], after["experiment_name"]) == (store, run_id, "train")
+    assert {k: v for k, v in after.items() if k not in ("tracking_uri", "run_id", "experiment_name")} == {
+        k: v for k, v in before.items() if k != "tracking_uri"}
+    assert line == (f"logger.mlflow: tracking_uri {tmp_path}/logs//mlflow/mlruns -> {store}, run_id unset -> {run_id}, "
+                    "experiment_name unset -> train")
+    assert f"the MLFlowLogger at logger.mlflow logs into rerun {run_id}" in caplog.text
+    assert _point_mlflow_loggers(cfg, paths, _rerun(store, run_id)) == []  # already there: nothing to say
+
+    pytest.importorskip("pytorch_lightning")
+    import hydra
+
+    logger = hydra.utils.instantiate(cfg.logger.mlflow)
+    logger.log_metrics({"test/acc": 0.9}, step=1)
+    logger.finalize("success")
+    assert st.client.get_run(run_id).data.metrics == {"test/acc": 0.9}
+    assert {e.name for e in st.client.search_experiments()} == {"train", "Default"}  # no lightning_logs
+    assert len(st.client.search_runs([st.experiment_id])) == 1
+    assert not (tmp_path / "logs").exists()
+
+
+def test_without_hydras_run_job_the_logger_is_left_as_configured(tmp_path, store, caplog):
+    from omegaconf import OmegaConf
+
+    from recipe_audit.app.callback import _point_mlflow_loggers, _task_config
+
+    cfg = OmegaConf.create({"logger": {"_target_": "pytorch_lightning.loggers.MLFlowLogger", "tracking_uri": "x"}})
+    assert _task_config(cfg) is None  # not called from hydra.core.utils.run_job
+    with caplog.at_level("WARNING", logger="recipe_audit"):
+        assert _point_mlflow_loggers(None, [("logger",)], _rerun(store)) == []
+    assert "run_id: ${oc.env:MLFLOW_RUN_ID,null}" in caplog.text and cfg.logger.tracking_uri == "x"
+
+
+def test_fluent_calls_after_the_job_ended_the_rerun_resume_it(tmp_path, store, monkeypatch):
+    """The Hugging Face Trainer's MLflowCallback ends the rerun's run at the end of train(); what
+    the job logs after that (trainer.evaluate(), mlflow.log_metric, a mlflow.start_run() block)
+    resumes the rerun instead of opening a top-level run. Once the job is over, MLflow's own
+    end_run is back and nothing is resumed any more."""
+    import mlflow
+    from mlflow.tracking import fluent
+
+    from recipe_audit.store import tracking
+
+    st = tracking.open_store(store, "train")
+    run_id = st.client.create_run(st.experiment_id, tags={"mlflow.parentRunId": "p"}).info.run_id
+    monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "train")
+    own = fluent.end_run
+    tracking.keep_rerun_resumable(run_id)
+    try:
+        mlflow.start_run()  # the MLflowCallback's setup: resumes $MLFLOW_RUN_ID, and unsets it
+        mlflow.log_metric("loss", 0.5)
+        mlflow.end_run()  # its on_train_end
+        assert os.environ["MLFLOW_RUN_ID"] == run_id
+        mlflow.log_metric("test_accuracy", 0.9)  # trainer.evaluate(..., metric_key_prefix="test")
+        mlflow.end_run()
+        with mlflow.start_run():
+            mlflow.log_metric("test_positive_rate", 0.5)
+    finally:
+        tracking.keep_rerun_resumable(None)
+    assert fluent.end_run is own and mlflow.end_run is own
+    runs = st.client.search_runs([st.experiment_id])
+    assert [r.info.run_id for r in runs] == [run_id]
+    assert runs[0].data.metrics == {"loss": 0.5, "test_accuracy": 0.9, "test_positive_rate": 0.5}
+    # after the job (whose environment the callback restores): MLflow's end_run as it always is
+    monkeypatch.delenv("MLFLOW_RUN_ID")
+    with mlflow.start_run(run_id=run_id):
+        pass
+    assert "MLFLOW_RUN_ID" not in os.environ
+
+
+def test_no_metric_logged_and_nothing_returned_says_what_to_set(tmp_path, store):
+    from recipe_audit.app.callback import _nothing_logged
+    from recipe_audit.store import tracking
+
+    st = tracking.open_store(store, "train")
+    sweep = tracking.start_sweep(st, [1, 2], tmp_path / "sweep", [])
+    reruns = [st.client.create_run(st.experiment_id, tags={keys.TAG_KIND: keys.KIND_RERUN,
+                                                           keys.TAG_SWEEP_ID: sweep.sweep_id}) for _ in range(2)]
+    for r in reruns:
+        st.client.set_terminated(r.info.run_id, "FINISHED")
+    line = _nothing_logged(sweep, "test/acc", keys.KIND_RERUN)
+    assert line.startswith("none of its 2 finished rerun(s) logged a metric to MLflow and the task function returned")
+    assert "logger=mlflow" in line and "+optimized_metric=test/acc" in line and line.count(".") <= 3
+    st.client.log_metric(reruns[0].info.run_id, "val/acc", 0.9)  # a metric, under another name: the card says which
+    assert _nothing_logged(sweep, "test/acc", keys.KIND_RERUN) is None
+
+
+NONE_APP = '''
+import hydra
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg):
+    return None  # as lightning-hydra-template's main() while its optimized_metric is unset
+
+main()
+'''
+
+
+def test_an_app_that_logs_and_returns_nothing_is_told_what_to_set(tmp_path, store):
+    app = _app(tmp_path, NONE_APP)
+    proc = _run(app, ["-m", "seed=range(1,3)", "hydra/callbacks=recipe_audit",
+                      "hydra.callbacks.recipe_audit.metric=test/acc", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("recipe_audit: error: no card for metric 'test/acc' of sweep"), proc.stderr[-2000:]
+    assert "none of its 2 finished rerun(s) logged a metric" in last and "+optimized_metric=test/acc" in last

@@ -16,7 +16,11 @@ with the recipe_audit plugin:
     python examples/hf_trainer/train.py -m 'seed=range(6)' \
         hydra/callbacks=recipe_audit hydra.callbacks.recipe_audit.metric=eval_accuracy
 
-Metric: ``eval_accuracy`` (evaluated after every epoch; ``compute_metrics`` returns ``accuracy``).
+Metrics: ``eval_accuracy`` (on the validation sentences after every epoch; ``compute_metrics``
+returns ``accuracy``), and once training is over, as most Trainer scripts do,
+``trainer.evaluate(test, metric_key_prefix="test")`` (``test_accuracy``, ``test_loss``, logged by
+the Trainer's MLflowCallback after it ended its run) and ``trainer.predict(test)``, whose share of
+positive predictions the script logs itself with ``mlflow.log_metric("test_positive_rate", ...)``.
 ``crash_seed=N`` makes seed N raise halfway through training; ``collapse_seed=N`` makes seed N
 predict a single class.
 """
@@ -102,6 +106,7 @@ def main(cfg: DictConfig) -> None:
     raw = datasets.DatasetDict({
         "train": datasets.Dataset.from_dict(make_sentences(cfg.data.n_train, cfg.data.min_len, cfg.data.max_len, rng)),
         "validation": datasets.Dataset.from_dict(make_sentences(cfg.data.n_val, cfg.data.min_len, cfg.data.max_len, rng)),
+        "test": datasets.Dataset.from_dict(make_sentences(cfg.data.n_test, cfg.data.min_len, cfg.data.max_len, rng)),
     })
     tokenizer = build_tokenizer(raw["train"]["text"])
     tokenized = raw.map(lambda batch: tokenizer(batch["text"]), batched=True, remove_columns=["text"])
@@ -148,8 +153,11 @@ def main(cfg: DictConfig) -> None:
         if mlflow.active_run() is not None:
             mlflow.end_run(status="FAILED")
         raise
-    evals = [entry["eval_accuracy"] for entry in trainer.state.log_history if "eval_accuracy" in entry]
-    log.info("seed=%d eval_accuracy=%.4f", cfg.seed, evals[-1])
+    # after training: the held-out test set, and predictions (the MLflowCallback ended its run in on_train_end)
+    test = trainer.evaluate(tokenized["test"], metric_key_prefix="test")
+    predicted = trainer.predict(tokenized["test"]).predictions.argmax(axis=-1)
+    mlflow.log_metric("test_positive_rate", float((predicted == 1).mean()))
+    log.info("seed=%d test_accuracy=%.4f", cfg.seed, test["test_accuracy"])
 
 
 if __name__ == "__main__":

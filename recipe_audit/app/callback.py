@@ -103,6 +103,7 @@ class _Job:
     saved_env: dict[str, str | None]
     label: str
     started: float = field(default_factory=time.monotonic)
+    logger_paths: list[tuple[str | int, ...]] = field(default_factory=list)  # MLFlowLogger nodes of its config
 
 
 class RecipeAuditCallback(Callback):
@@ -419,7 +420,8 @@ class RecipeAuditCallback(Callback):
             try:
                 docs.append(cards_for_sweep(sweep, metric, opts, sweep_dir, stem=stem))
             except CardError as exc:
-                _stop(f"no card for metric '{metric}' of sweep {sweep.sweep_id}: {exc}")
+                _stop(f"no card for metric '{metric}' of sweep {sweep.sweep_id}: "
+                      f"{_nothing_logged(sweep, metric, self.run_kind) or exc}")
         # the verdict where the runs table shows it: on the sweep's own row
         tracking.tag_sweep_with_cards(sweep, [e.to_json() for d in docs for e in d.cells], summary_markdown(docs))
         publish_cards(sweep.tracking_uri, sweep.experiment_name, docs)  # and first on the experiment's page
@@ -449,6 +451,9 @@ class RecipeAuditCallback(Callback):
                      (ENV_EXPERIMENT_NAME, self._job.rerun.experiment_name),
                      (ENV_TRACKING_URI, self._job.rerun.tracking_uri)):
             os.environ[k] = v
+        tracking.keep_rerun_resumable(self._job.rerun.run_id)
+        if self._job.logger_paths:
+            _point_mlflow_loggers(_task_config(config), self._job.logger_paths, self._job.rerun)
 
     def _open_rerun(self, config: DictConfig) -> _Job:
         from recipe_audit import keys
@@ -490,7 +495,7 @@ class RecipeAuditCallback(Callback):
         rerun = Rerun(run.info.run_id, run.info.artifact_uri, store.uri, store.experiment_id,
                       store.experiment_name, int(seed) if _is_int(seed) else seed, recipe_id,
                       sweep.sweep_id if sweep else None)
-        return _Job(rerun, tracking.flatten(resolved), saved, f"seed {seed}")
+        return _Job(rerun, tracking.flatten(resolved), saved, f"seed {seed}", logger_paths=mlflow_logger_paths(raw))
 
     def _job_run(self, resolved: dict[str, Any], seed: Any, run_name: str,
                  tags: dict[str, str]) -> tuple[str, dict[str, str]]:
@@ -520,6 +525,9 @@ class RecipeAuditCallback(Callback):
         if job is None:
             return
         try:
+            from recipe_audit.store import tracking
+
+            tracking.keep_rerun_resumable(None)
             self._close_rerun(config, job, job_return)
         finally:
             _CURRENT = None
@@ -598,6 +606,25 @@ def _devices():
     from recipe_audit.app import devices
 
     return devices
+
+
+def _nothing_logged(sweep, metric: str, kind: str) -> str | None:
+    """What to set when no rerun of ``sweep`` that finished holds any metric at all: the task
+    function logged nothing to MLflow and returned no number (lightning-hydra-template without
+    an MLflow logger, whose ``train.py`` returns None while its ``optimized_metric`` is unset).
+    None when some rerun has a metric (the card's own sentence then lists them)."""
+    from recipe_audit.store import tracking
+
+    try:
+        finished = tracking.sweep_runs(sweep, kind, status="FINISHED")
+    except Exception:  # noqa: BLE001 - only a better sentence is at stake
+        return None
+    if not finished or any(r.data.metrics for r in finished):
+        return None
+    return (f"none of its {len(finished)} finished rerun(s) logged a metric to MLflow and the task function "
+            f"returned nothing; log '{metric}' to MLflow from the app (lightning-hydra-template: add logger=mlflow) "
+            f"or return it from the task function (lightning-hydra-template returns the metric its optimized_metric "
+            f"names: add +optimized_metric={metric}).")
 
 
 def decided_tags(decided) -> dict[str, str]:
@@ -728,6 +755,100 @@ def _end_fluent_run() -> None:
             mlflow.end_run()
     except Exception:  # noqa: BLE001 - the run's status is set by the callback anyway
         pass
+
+
+# Lightning's MLFlowLogger, under each name a config can give it (lightning 2.x, pytorch_lightning)
+MLFLOW_LOGGER_TARGETS = frozenset(f"{package}.loggers{module}.MLFlowLogger" for package in (
+    "lightning.pytorch", "pytorch_lightning") for module in ("", ".mlflow"))
+# the logger's own settings that decide where it logs; nothing else of the node is touched
+_LOGGER_SETTINGS = ("tracking_uri", "run_id", "experiment_name")
+
+
+def mlflow_logger_paths(raw: Any) -> list[tuple[str | int, ...]]:
+    """Where a job's config (as written) builds Lightning's ``MLFlowLogger``: the keys (and list
+    indices) of each node whose ``_target_`` is one of :data:`MLFLOW_LOGGER_TARGETS`.
+
+    >>> mlflow_logger_paths({"logger": {"mlflow": {"_target_": "lightning.pytorch.loggers.mlflow.MLFlowLogger"},
+    ...                                 "csv": {"_target_": "lightning.pytorch.loggers.csv_logs.CSVLogger"}},
+    ...                      "loggers": [{"_target_": "pytorch_lightning.loggers.MLFlowLogger"}]})
+    [('logger', 'mlflow'), ('loggers', 0)]
+    """
+    found: list[tuple[str | int, ...]] = []
+
+    def walk(node: Any, path: tuple[str | int, ...]) -> None:
+        if isinstance(node, Mapping):
+            if node.get("_target_") in MLFLOW_LOGGER_TARGETS:
+                found.append(path)
+            for k, v in node.items():
+                if isinstance(v, (Mapping, list)):
+                    walk(v, (*path, k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                if isinstance(v, (Mapping, list)):
+                    walk(v, (*path, i))
+
+    walk(raw, ())
+    return found
+
+
+def _task_config(config: DictConfig) -> DictConfig | None:
+    """The config object the job's task function receives. Hydra's ``run_job`` hands the task a
+    copy of the job's config (without its ``hydra`` node) made before ``on_job_start``, so a
+    change to ``config`` would not reach it; that copy is ``run_job``'s local ``task_cfg``."""
+    frame = sys._getframe(1)
+    for _ in range(16):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "run_job" and frame.f_globals.get("__name__") == "hydra.core.utils":
+            task_cfg = frame.f_locals.get("task_cfg")
+            return task_cfg if isinstance(task_cfg, DictConfig) else None
+        frame = frame.f_back
+    return None
+
+
+def _point_mlflow_loggers(task_cfg: DictConfig | None, paths: Sequence[tuple[str | int, ...]], rerun: Rerun) -> list[str]:
+    """Point each ``MLFlowLogger`` node of the job's config at the rerun before the task builds it:
+    its ``tracking_uri``, ``run_id`` and ``experiment_name`` become the rerun's (Lightning's logger
+    reads neither ``$MLFLOW_RUN_ID`` nor, when its config names a store, ``$MLFLOW_TRACKING_URI``:
+    it would open a run of its own, in a store of its own). Nothing else of the node changes.
+    Logs one line per node saying what changed; returns those lines."""
+    from omegaconf import open_dict, read_write
+
+    from recipe_audit.store.uris import mask_credentials
+
+    where = lambda path: ".".join(str(p) for p in path)  # noqa: E731
+    if task_cfg is None:
+        log.warning("recipe_audit: the job's config could not be reached (not run by Hydra 1.3's run_job): "
+                    "the MLFlowLogger at %s logs where its config says; give it run_id: ${oc.env:MLFLOW_RUN_ID,null} "
+                    "and tracking_uri: ${oc.env:MLFLOW_TRACKING_URI}", ", ".join(where(p) for p in paths))
+        return []
+    want = {"tracking_uri": rerun.tracking_uri, "run_id": rerun.run_id, "experiment_name": rerun.experiment_name}
+    lines = []
+    for path in paths:
+        try:
+            node = task_cfg
+            for part in path:
+                node = node[part]
+            changed = []
+            with read_write(node), open_dict(node):
+                for key in _LOGGER_SETTINGS:
+                    try:
+                        old = node.get(key)
+                    except Exception:  # noqa: BLE001 - an interpolation that does not resolve here
+                        old = OmegaConf.to_container(node, resolve=False).get(key)
+                    if old != want[key]:
+                        node[key] = want[key]
+                        shown = "unset" if old is None else mask_credentials(str(old))
+                        changed.append(f"{key} {shown} -> {mask_credentials(want[key])}")
+        except Exception as exc:  # noqa: BLE001 - the job runs as configured; say so
+            log.warning("recipe_audit: could not point the MLFlowLogger at %s at rerun %s (%s): it logs where its "
+                        "config says", where(path), rerun.run_id, _one_line(exc))
+            continue
+        if changed:
+            lines.append(f"{where(path)}: {', '.join(changed)}")
+            log.info("recipe_audit: the MLFlowLogger at %s logs into rerun %s: %s", where(path), rerun.run_id,
+                     ", ".join(changed))
+    return lines
 
 
 def _seed_override(config: DictConfig, seed_key: str) -> str | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_audit import keys
-from recipe_audit.errors import first_line
+from recipe_audit.errors import error_line, first_line
 
 
 class TrackingError(RuntimeError):
@@ -685,7 +685,7 @@ class RerunLogger:
             self.flush()
         except Exception:  # the run is failing anyway; keep the error that matters
             pass
-        self.client.set_tag(self.run_id, keys.TAG_ERROR, f"{type(exc).__name__}: {first_line(exc, 500)}")
+        self.client.set_tag(self.run_id, keys.TAG_ERROR, error_line(exc))
         self.log_text("".join(traceback.format_exception(exc)), "error.txt")
         self.client.set_terminated(self.run_id, "FAILED")
 
@@ -910,7 +910,7 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
                                "metrics": {m: logged.get(m) for m in metrics}, "error": None}
     if error is not None:
         outcome["status"] = "FAILED"
-        outcome["error"] = f"{type(error).__name__}: {first_line(error, 500)}"
+        outcome["error"] = error_line(error)  # the innermost cause first (Hydra wraps instantiation errors)
     tags = dict(tags_for(outcome)) if tags_for is not None else {}
     if outcome["error"]:
         tags[keys.TAG_ERROR] = outcome["error"]
@@ -989,3 +989,48 @@ def tag_rerun_bars(store: Store, run_id: str, tags: Mapping[str, str]) -> None:
 
     if tags:
         store.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
+
+# ------------------------------------------------------------------------------------------
+# The rerun a job's own fluent MLflow calls land in
+# ------------------------------------------------------------------------------------------
+
+_RESUMABLE: dict[str, Any] = {"run_id": None}
+_MLFLOW_END_RUN: list = []  # MLflow's own ``end_run``, kept the first time it is wrapped
+
+
+def keep_rerun_resumable(run_id: str | None) -> None:
+    """While a job runs, keep its rerun the run MLflow's fluent API resumes (None: the job ended).
+
+    ``mlflow.start_run()`` resumes ``$MLFLOW_RUN_ID`` and ``mlflow.end_run()`` unsets it, so once
+    the job's code ends the rerun's run (the Hugging Face ``Trainer``'s MLflowCallback does at the
+    end of ``train()``) the next fluent call (the metrics of a ``trainer.evaluate()``, an
+    ``mlflow.log_metric``, a ``mlflow.start_run()``) would open a new top-level run outside the
+    sweep. For the job's duration ``mlflow.end_run`` is wrapped: when the run it ends is the
+    rerun's and no other run is left active, ``$MLFLOW_RUN_ID`` names the rerun again, so that
+    call resumes the rerun (the callback closes the run with its true status when the job ends).
+    With None, MLflow's own ``end_run`` is put back (unless someone wrapped it since)."""
+    import mlflow
+    from mlflow.tracking import fluent
+
+    _RESUMABLE["run_id"] = run_id
+    if not _MLFLOW_END_RUN:
+        if run_id is None:
+            return
+        _MLFLOW_END_RUN.append(fluent.end_run)
+    own = _MLFLOW_END_RUN[0]
+    new, old = (_resuming_end_run, own) if run_id is not None else (own, _resuming_end_run)
+    for module in (fluent, mlflow):
+        if module.end_run is old:
+            module.end_run = new
+
+
+def _resuming_end_run(status: str = "FINISHED") -> None:
+    """``mlflow.end_run`` while a job runs (:func:`keep_rerun_resumable`)."""
+    from mlflow.tracking import fluent
+
+    ended = fluent.active_run()
+    _MLFLOW_END_RUN[0](status)
+    rerun = _RESUMABLE["run_id"]
+    if rerun and ended is not None and ended.info.run_id == rerun and fluent.active_run() is None:
+        os.environ["MLFLOW_RUN_ID"] = rerun
