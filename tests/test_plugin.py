@@ -243,8 +243,42 @@ def test_a_metric_no_job_logged_is_named(tmp_path, store):
                                               f"hydra.sweep.dir={tmp_path / 'sweep'}"])
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
-    assert out.count("eval_acc never logged") == 2 and "eval_acc" in proc.stderr.splitlines()[-1]
+    assert out.count("the task returned None (NoneType) and logged no 'eval_acc'") == 2
+    assert "eval_acc" in proc.stderr.splitlines()[-1]
     assert "Traceback" not in proc.stderr
+
+
+RETURNING_APP = '''
+import os
+import hydra
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg):
+    return eval(os.environ["RETURN"])
+
+main()
+'''
+
+
+@pytest.mark.parametrize("returned, shown", [
+    ("None", "None (NoneType)"), ("'0.95'", "'0.95' (str)"), ("True", "True (bool)"), ("[0.95]", "[0.95] (list)"),
+    ("{'val_accuracy': '0.9'}", "{'val_accuracy': '0.9'} (dict)"), ("{'other': 0.9}", "{'other': 0.9} (dict)"),
+])
+def test_an_unusable_return_value_is_an_error_that_says_what_is_accepted(tmp_path, store, returned, shown):
+    # the task logged nothing and returned what is no metric: every seed was 'unfinished' and the
+    # sweep exited 0 before; now each rerun is FAILED with what it returned, and the sweep exits non-zero
+    app = _app(tmp_path, RETURNING_APP)
+    proc = run_script_here(app / "train.py", ["-m", "seed=range(2)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                           env_extra={"RETURN": returned})
+    assert proc.returncode != 0, proc.stderr[-2000:]
+    out = proc.stdout + proc.stderr
+    assert out.count(f"the task returned {shown} and logged no 'val_accuracy': log the metric to the rerun's run "
+                     "(mlflow.log_metric) or return it, as a number (read as 'val_accuracy') or a mapping of metric "
+                     "names to numbers") == 2, out[-3000:]
+    assert "Traceback" not in proc.stderr
+    reruns = _kind(_runs(store)[1], keys.KIND_RERUN)
+    assert sorted(r.info.status for r in reruns) == ["FAILED", "FAILED"]
+    assert all(r.data.tags[keys.TAG_ERROR].startswith(f"the task returned {shown}") for r in reruns)
 
 
 def test_the_curtailing_sweeper_stops_a_users_sweep(tmp_path, store):

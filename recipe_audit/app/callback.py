@@ -555,7 +555,9 @@ class RecipeAuditCallback(Callback):
                                        returned=_returned_metrics(returned, self.metrics),
                                        error=error if isinstance(error, BaseException) else None,
                                        metrics=self.metrics,
-                                       tags_for=lambda o: {**job.rerun.tags, **self.bar_tags(o)})
+                                       tags_for=lambda o: {**job.rerun.tags, **self.bar_tags(o)},
+                                       no_metric=(lambda missing: _no_metric(returned, missing, self.metrics))
+                                       if self.run_kind == KIND_RERUN else None)
         outcome["recipe_id"] = job.rerun.recipe_id
         job_return.recipe_audit = outcome  # read by recipe_audit's curtailing sweeper
         self._report(job, outcome)
@@ -742,6 +744,16 @@ def _returned_metrics(value: Any, metrics: Sequence[str]) -> dict[str, float]:
     if isinstance(value, Mapping):
         return {str(k): f for k, v in value.items() if (f := num(v)) is not None}
     return {}
+
+
+def _no_metric(value: Any, missing: Sequence[str], metrics: Sequence[str]) -> str:
+    """Why a job that ended without error has no card metric: what it returned, what is accepted."""
+    text = repr(value)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    names = ", ".join(f"'{m}'" for m in missing)
+    return (f"the task returned {text} ({type(value).__name__}) and logged no {names}: log the metric to the "
+            f"rerun's run (mlflow.log_metric) or return it, as a number (read as '{metrics[0]}') or a mapping "
+            "of metric names to numbers")
 
 
 def _end_fluent_run() -> None:

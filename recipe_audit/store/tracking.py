@@ -888,11 +888,14 @@ _PARAM_KEY_OK = re.compile(r"^[\w./\- ]{1,250}$")
 
 def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None = None,
                 returned: Mapping[str, float] | None = None, error: BaseException | None = None,
-                metrics: Iterable[str] = (), tags_for=None) -> dict[str, Any]:
+                metrics: Iterable[str] = (), tags_for=None, no_metric=None) -> dict[str, Any]:
     """End a rerun's run with the truth, whatever the job's code did to it: the params and the
     returned metrics it did not log itself, the error (FAILED) or FINISHED. Returns the outcome:
     ``{"run_id", "status", "metrics": {metric: last value or None}, "error"}``. ``tags_for``
-    maps that outcome to tags set on the run before it closes (the pass/fail tags per bar)."""
+    maps that outcome to tags set on the run before it closes (the pass/fail tags per bar).
+    ``no_metric``: for a job that ended without error but with some of ``metrics`` neither logged
+    nor returned, maps those metrics to the error the run is then recorded FAILED with (what the
+    job returned and what is accepted)."""
     from mlflow.entities import Metric, Param, RunTag
 
     client = store.client
@@ -911,6 +914,9 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
     if error is not None:
         outcome["status"] = "FAILED"
         outcome["error"] = error_line(error)  # the innermost cause first (Hydra wraps instantiation errors)
+    elif no_metric is not None and (missing := [m for m, v in outcome["metrics"].items() if v is None]):
+        outcome["status"] = "FAILED"
+        outcome["error"] = no_metric(missing)
     tags = dict(tags_for(outcome)) if tags_for is not None else {}
     if outcome["error"]:
         tags[keys.TAG_ERROR] = outcome["error"]
