@@ -231,7 +231,11 @@ class RecipeAuditCallback(Callback):
         overrides = [str(o) for o in config.hydra.overrides.task]
         sweep = None
         if self.resume:  # every process reads the same store before anyone writes: same decision
-            sweep = tracking.reopen_sweep(store, seeds, sweep_dir, overrides, write=_rank() == 0)
+            try:
+                sweep = tracking.reopen_sweep(store, seeds, sweep_dir, overrides, write=_rank() == 0,
+                                              seed_key=self.seed_key)
+            except tracking.ResumeMismatch as exc:
+                _stop(str(exc))
         if sweep is not None:
             left = self._unfinished_seeds(store, sweep, config)
             if _rank() == 0:

@@ -701,13 +701,24 @@ def _overrides_key(overrides: Iterable[str]) -> str:
     return " ".join(o for o in overrides if not o.lstrip("+~").startswith(_RESUME_IGNORED))
 
 
+class ResumeMismatch(TrackingError):
+    """``resume=true`` in the directory of a sweep of another recipe (one sentence, naming both)."""
+
+
+def _recipe_overrides(overrides: Iterable[str], seed_key: str) -> str:
+    """The overrides that choose the recipe: without the seeds (a resumed sweep may plan more)."""
+    return _overrides_key(o for o in overrides if o.split("=", 1)[0].lstrip("+~") != seed_key)
+
+
 def reopen_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path,
-                 overrides: list[str], write: bool = True) -> SweepInfo | None:
+                 overrides: list[str], write: bool = True, seed_key: str = "seed") -> SweepInfo | None:
     """The interrupted sweep to continue (``tracking.resume=true``): the one recorded in
     ``sweep_dir`` (relaunch with the same ``hydra.sweep.dir``), else the most recent sweep of the
     experiment launched with the same overrides. Its parent run is reopened (RUNNING), its planned
     seeds become the union of both plans, and it is published to the jobs as ``start_sweep``
-    does. None when there is nothing to resume."""
+    does. None when there is nothing to resume. Raises ``ResumeMismatch`` when the sweep recorded
+    in ``sweep_dir`` was launched with other overrides than ``overrides`` (the seeds aside): its
+    card would be shown for a recipe this launch did not ask for."""
     from mlflow.entities import RunStatus
 
     client = store.client
@@ -716,6 +727,19 @@ def reopen_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path,
         old = SweepInfo.from_json((sweep_dir / SWEEP_FILE).read_text())
         if (old.tracking_uri, old.experiment_name) != (store.uri, store.experiment_name):
             old = None
+    if old is not None:
+        try:
+            recorded = client.get_run(old.parent_run_id).data.tags.get("recipe_audit.overrides")
+        except Exception:  # noqa: BLE001 - a parent run that is gone: nothing recorded to compare
+            recorded = None
+        if recorded is not None:
+            was, now = _recipe_overrides(recorded.split(), seed_key), _recipe_overrides(overrides, seed_key)
+            if was != now:
+                raise ResumeMismatch(
+                    f"resume=true: the sweep in {sweep_dir} (sweep {old.sweep_id}) ran the recipe "
+                    f"'{was or 'with no overrides'}', this launch asks for '{now or 'with no overrides'}'; "
+                    "relaunch with that sweep's overrides to resume it, or give another hydra.sweep.dir to "
+                    "start a new sweep.")
     if old is None:
         want = _overrides_key(overrides)
         for run in client.search_runs([store.experiment_id],
