@@ -76,7 +76,8 @@ class Card:
     """A recipe card: ``card`` is the typed card (:class:`recipe_audit.cards.document.RecipeCard`);
     :attr:`doc` its JSON (what ``card.json`` holds, validated against the JSON Schema
     ``recipe_audit/schemas/recipe_card.v1.json``). ``Card(doc)`` of a card's JSON reads it
-    (``RecipeCard.from_json``). In a notebook the card shows as its Markdown."""
+    (``RecipeCard.from_json``). In a notebook (and as ``repr``) a card shows its verdict table;
+    :meth:`markdown` is the whole card, :meth:`table` the verdicts as a DataFrame."""
 
     card: RecipeCard
 
@@ -118,8 +119,25 @@ class Card:
 
         return to_markdown(self.card)
 
-    def _repr_markdown_(self) -> str:  # Jupyter
-        return self.markdown()
+    def summary(self) -> str:
+        """The verdicts in a few lines of Markdown (what a notebook shows): the metric, ε and δ,
+        one row per cell and τ (recipe, τ, failures / N, U, verdict), the family-wise verdicts
+        first when the card has a family."""
+        from recipe_audit.cards.summary import summary_markdown
+
+        return summary_markdown([self.card]).rstrip() + "\n\nThe whole card: `.markdown()`; the verdicts as a DataFrame: `.table()`."
+
+    def _repr_markdown_(self) -> str:  # Jupyter: the verdict table, not the whole card
+        return self.summary()
+
+    def __repr__(self) -> str:
+        from recipe_audit.cards.render import GRID_HEADER, verdict_table
+        from recipe_audit.cards.tables import text_table
+
+        o, n = self.card.options, len(self.card.cells)
+        return (f"<recipe card on {self.card.source.get('metric')} (ε = {o['eps']:g}, δ = {o['delta']:g}), "
+                f"{n} {'entry' if n == 1 else 'entries'}; .markdown() for the whole card>\n"
+                + text_table(verdict_table(self.card), GRID_HEADER))
 
     def save(self, directory: str | Path) -> dict[str, Path]:
         """Write the card's files (``card.json``, ``card.md``, ``card.html``, the plots) into

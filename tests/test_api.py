@@ -86,8 +86,19 @@ def test_card_object(tmp_path):
     assert list(t["tau"]) == [0.7, 0.95] and list(t["verdict"]) == ["release-supported", "strong-unsupported"]
     with pytest.raises(ValueError, match="2 entries"):
         _ = c.verdict
+    # a notebook shows the verdict table, not the whole card; the whole card is one call away
     md = c._repr_markdown_()
-    assert md.startswith("# Recipe card") and "does not ship" in md
+    rows = [ln for ln in md.splitlines() if ln.startswith("| all runs")]
+    assert rows == ["| all runs | 0.7 | 0/25 | 0.088 | **release-supported** |",
+                    "| all runs | 0.95 | 25/25 | 1.000 | **strong-unsupported** |"]
+    assert len(md) < 600 and ".markdown()" in md and "# Recipe card" not in md
+    text = repr(c)
+    assert text.startswith("<recipe card on acc (ε = 0.1, δ = 0.1), 2 entries;") and len(text) < 1000
+    assert "release-supported" in text and "strong-unsupported" in text
+    full = c.markdown()
+    assert full.startswith("# Recipe card") and "does not ship" in full
+    # a card of a table of runs names no experiment: no "None" where a name belongs
+    assert "`None`" not in full and "Runs from a table (no tracking store) · metric `acc`" in full
     files = c.save(tmp_path / "card")
     assert {p.name for p in files.values()} >= {"card.json", "card.md"}
     assert all(p.is_file() and p.parent == tmp_path / "card" for p in files.values())

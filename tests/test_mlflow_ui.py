@@ -156,6 +156,25 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
             page = context.new_page()
             page.set_default_timeout(90_000)  # the first page of a cold server on a busy machine
 
+            # 0. the experiment's default page (MLflow 3.17 opens its GenAI overview): its header, the
+            # experiment's description, leads with the card's verdict line, folded to that line
+            page.goto(f"{base}/#/experiments/{ids['experiment_id']}")
+            edit = page.get_by_test_id("experiment-metadata-editor-edit-button")
+            edit.wait_for()
+            header = edit.locator("xpath=..")
+            folded = header.inner_text().strip().splitlines()[0]
+            assert folded.startswith("insufficient-evidence · recipe ") and "val_accuracy · τ 0.7 · 1/5 failed" in folded
+            assert "<!--" not in header.inner_text()
+            header.locator("[data-component-id='mlflow.experiment.metadata_editor.expand_button']").click()
+            runs_link = header.get_by_role("link", name="the runs table")
+            runs_link.wait_for()
+            assert runs_link.get_attribute("href") == ui_experiment_path(ids["experiment_id"])
+            _close_assistant(page)
+            got_it = page.get_by_role("button", name="Got it")  # the GenAI overview's first-visit tip
+            if got_it.count():
+                got_it.first.click()
+            shot(page, "mlflow_ui_experiment.png")
+
             # 1. the experiment, by the link recipe_audit prints: the model-training runs table
             page.goto(f"{base}/{ui_experiment_path(ids['experiment_id'])}")
             name = page.get_by_text(ids["sweep_name"], exact=True)
@@ -200,15 +219,27 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
             _close_assistant(page)
             shot(page, "mlflow_ui_card.png")
 
-            # 3. the model version: the description begins with the verdict table, then a link to the card run
+            # 3. the model version: the description begins with the verdicts in a line, then the verdict
+            # table (its columns apart: MLflow's renderer pads no cell), then a link to the card run
             page.goto(f"{base}/#/models/clf/versions/1")
             desc = page.locator("[data-testid=note-editor-preview-content]").first
             desc.wait_for()
-            first = desc.evaluate("d => [d.firstElementChild.tagName, d.firstElementChild.querySelector('th').textContent]")
-            assert first == ["TABLE", "recipe cards (audit set)"]
+            first = desc.evaluate("d => [d.children[0].tagName, d.children[0].textContent, d.children[1].tagName]")
+            assert first == ["P", "insufficient-evidence on val_accuracy at τ 0.7 (1/5 failed, U 0.584)", "TABLE"]
+            head = desc.locator("table th").first.inner_text()
+            assert head.startswith("recipe cards (audit set)") and head != "recipe cards (audit set)"  # padded
+            texts = desc.locator("table tbody tr").first.locator("td").evaluate_all("tds => tds.map(t => t.textContent)")
+            assert all(t.endswith("\u00a0\u00a0") for t in texts[:-1]), texts  # room after each cell's text
             row = desc.locator("table tbody tr").first.inner_text()
             assert "insufficient-evidence" in row and "1/5" in row and "0.584" in row
             assert "<!--" not in desc.inner_text()
+            # a handful of tags per card: its summary, where the card is, its digest
+            from mlflow.tracking import MlflowClient
+
+            tags = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version("clf", "1").tags
+            assert sorted(tags) == ["recipe_audit.card.val_accuracy.tau_0.7",
+                                    "recipe_audit.card.val_accuracy.tau_0.7.card_digest",
+                                    "recipe_audit.card.val_accuracy.tau_0.7.card_uri", "recipe_audit.recipe_id"]
             _close_assistant(page)
             shot(page, "mlflow_ui_model_version.png")
             link = desc.get_by_role("link", name="card run").first
@@ -220,9 +251,11 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
             card_page.set_default_timeout(90_000)
             card_page.frame_locator("iframe").first.locator("h1", has_text="Recipe card").wait_for()
 
-            # 4. the model's versions table shows the first 32 characters of a description, as text
+            # 4. the model's versions table shows the first characters of a description, as text: the verdict
             page.goto(f"{base}/#/models/clf")
-            page.get_by_text("| recipe cards (audit set)", exact=False).first.wait_for()
-            assert "<!--" not in page.inner_text("body")
+            page.get_by_text("insufficient-evidence on val", exact=False).first.wait_for()
+            body = page.inner_text("body")
+            assert "<!--" not in body and "| recipe cards" not in body
+            shot(page, "mlflow_ui_model.png")
         finally:
             browser.close()

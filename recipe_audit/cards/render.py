@@ -73,10 +73,13 @@ def to_markdown(doc: RecipeCard, images: dict[tuple, str] | None = None,
                 band_images: dict[tuple, str] | None = None) -> str:
     """The card for people: the grid (when several cells or τ), then each cell in full."""
     opts, src = doc.options, doc.source
+    # a card of a table of runs (recipe_audit.card_from_runs) has no experiment: say where it is from
+    where = ("Runs from a table (no tracking store)" if src.get("experiment") is None
+             else f"Experiment `{src.get('experiment')}`")
     lines = [
         "# Recipe card",
         "",
-        f"Experiment `{src.get('experiment')}` · metric `{src.get('metric')}` "
+        f"{where} · metric `{src.get('metric')}` "
         f"({'higher' if opts['higher_is_better'] else 'lower'} is better) · "
         f"ε = {opts['eps']} · δ = {opts['delta']} · unfinished reruns: "
         f"{'counted as failures' if opts['unfinished'] == 'fail' else 'refuse the card'}",

@@ -11,18 +11,19 @@ Where things live (a model version has no artifact store of its own):
   in the card's experiment, tagged ``recipe_audit.attached_to = <model>/<version>``) with
   ``card.json``, ``card.md`` and the histogram as artifacts, exactly as ``recipe-audit card``
   logs cards; the version's tag ``...card_uri`` records ``runs:/<card run id>/card.json``;
-- the version's tags, one group per card, keyed by audit set and τ
-  (:func:`recipe_audit.keys.card_tag_stem`): ``recipe_audit.card.<audit set>.tau_<τ>.<field>``
-  for every field of :data:`CARD_FIELDS` (verdict, upper bound, N, k, τ, ε, δ, audit set, recipe
-  identity and summary, card location and digests); several cards (audit sets, τ) sit side by
+- the version's tags, three per card, keyed by audit set and τ
+  (:func:`recipe_audit.keys.card_tag_stem`, ``recipe_audit.card.<audit set>.tau_<τ>``): the
+  summary, named by the stem alone (e.g. ``release-supported · 0/59 failed τ 0.7 · U 0.038 ≤ ε
+  0.1``), ``<stem>.card_uri`` (``runs:/<card run>/card.json``) and ``<stem>.card_digest``; the rest
+  is in the card (:func:`attached_cards` reads it back). Several cards (audit sets, τ) sit side by
   side and attaching the same (audit set, τ) again replaces that card; the version also gets
-  ``recipe_audit.recipe_id`` (its source run's recipe identity);
-- one summary tag per card, named by the stem alone (``recipe_audit.card.<audit set>.tau_<τ>``,
-  e.g. ``release-supported · 0/59 failed τ 0.7 · U 0.038 ≤ ε 0.1``), first among that card's tags;
-- the version's description: the verdict table of every attached card (plain Markdown, each row
-  with a link to its card run in the MLflow UI), a link to the card run of the card attached last,
-  then that card's Markdown (as many of its sections as fit MLflow's 5,000-character column);
-  text a person wrote above the table is kept.
+  ``recipe_audit.recipe_id`` (its source run's recipe identity). Versions attached before kept
+  every field of :data:`CARD_FIELDS` as a tag; they still read;
+- the version's description: one plain line of the verdicts first (what the registered model's
+  versions table shows of it), then the verdict table of every attached card (each row with a
+  link to its card run in the MLflow UI), a link to the card run of the card attached last, then
+  that card's Markdown (as many of its sections as fit MLflow's 5,000-character column), its
+  tables spaced for MLflow's renderer; text a person wrote above it is kept.
 
 Everything is checked before anything is written (the model, version or run, the card's cell for
 the version's recipe, and the card itself: its digest over its content and files, and its cells
@@ -51,7 +52,11 @@ CARD_FIELDS = ("verdict", "upper_bound", "lower_bound", "n_reruns", "n_failures"
                "audit_set", "metric", "recipe_id", "recipe", "reason", "card_uri", "card_digest",
                "reruns_digest", "experiment", "source_run_in_card", "attached", "reading", "family_size",
                "family_verdict", "family_upper_bound", "family_members")
+# what a version's tags hold of each attached card, beside its summary tag (the stem alone)
+VERSION_TAG_FIELDS = ("card_uri", "card_digest")
 TAG_ATTACHED_TO = keys.PREFIX + "attached_to"
+# where the cards' section of a version's description begins: the line after its summary line
+SECTION_MARKER = "<!-- recipe_audit cards: this section and the line above it are rewritten by recipe-audit attach -->"
 # descriptions written before the cards' section began with its table kept their section after this line
 DESCRIPTION_MARKER = "<!-- recipe_audit cards: written by recipe-audit attach; text above this line is kept -->"
 # the first column's header is also what the model's versions table shows of the description (its
@@ -189,15 +194,47 @@ def family_includes(f: dict[str, str]) -> bool:
     return not members or not rid or rid in members or (f.get("family_members") or "").endswith(",...")
 
 
-def attached_cards(tags: dict[str, str]) -> dict[str, dict[str, str]]:
-    """The cards on a version, from its tags: card tag stem -> {field: value}."""
+def attached_cards(tags: dict[str, str], tracking_uri: str | None = None) -> dict[str, dict[str, str]]:
+    """The cards on a version, from its tags: card tag stem -> {field: value} (the fields of
+    :data:`CARD_FIELDS`). A card whose tags say only where it is (its summary, ``card_uri``,
+    ``card_digest``: what :func:`attach` writes) is read from its card run in ``tracking_uri``
+    for the rest; one that cannot be read keeps what its tags say (its audit set and τ, the
+    verdict its summary begins with). Versions attached before kept every field as a tag."""
     out: dict[str, dict[str, str]] = {}
     for k, v in tags.items():
         if k.startswith(keys.CARD_TAG_PREFIX) and "." in k[len(keys.CARD_TAG_PREFIX):]:
             stem, _, name = k.rpartition(".")
             if name in CARD_FIELDS:
                 out.setdefault(stem, {})[name] = v
-    return {s: f for s, f in out.items() if "verdict" in f and "audit_set" in f and "tau" in f}
+    cards = {}
+    for stem, f in out.items():
+        if "verdict" in f and "audit_set" in f and "tau" in f:
+            cards[stem] = f
+        elif f.get("card_uri"):
+            cards[stem] = {**_fields_from_card(stem, f, tags.get(stem, ""), tracking_uri), **f}
+    return cards
+
+
+def _fields_from_card(stem: str, f: dict[str, str], summary: str, tracking_uri: str | None) -> dict[str, str]:
+    """The fields of the attached card ``stem`` read from the card its ``card_uri`` names."""
+    from recipe_audit.cards.model import CardError
+    from recipe_audit.store.card_files import load_card
+
+    audit, _, tau = stem[len(keys.CARD_TAG_PREFIX):].rpartition(".tau_")
+    fallback = {"audit_set": audit, "tau": tau, "verdict": summary.split(" · ")[0] or "unknown",
+                "reason": "the card could not be read back"}
+    try:
+        doc = load_card(f["card_uri"], tracking_uri)
+    except (CardError, OSError, ValueError):
+        return fallback
+    for e in doc.get("cells") or []:
+        if keys.card_tag_stem(e["audit_set"] or e["metric"], e["tau"]) == stem:
+            got = _card_fields(e, f["card_uri"], f.get("card_digest") or doc.get("digest", ""), None,
+                               (doc.get("source") or {}).get("experiment") or "")
+            for name in ("attached", "source_run_in_card"):  # what only the attach knew
+                got.pop(name, None)
+            return got
+    return fallback
 
 
 def summary_tag(f: dict[str, str]) -> str:
@@ -211,6 +248,37 @@ def summary_tag(f: dict[str, str]) -> str:
             f"U {u:.3f} {'≤' if u <= eps else '>'} ε {eps:g}")
 
 
+def summary_line(cards: dict[str, dict[str, str]]) -> str:
+    """The attached cards' verdicts in one plain line (no Markdown: the registered model's
+    versions table shows the first characters of a version's description as text), in the
+    order of the verdict table: ``release-supported on calibration at τ 0.7 (0/59 failed, U
+    0.038); unsupported on shift_x at τ 0.7 (10/29 failed, U 0.484)``."""
+    parts = []
+    for f in _ordered(cards):
+        u = f"U {float(f['upper_bound']):.3f}" if f.get("upper_bound") else "no U"
+        parts.append(f"{f['verdict']} on {f['audit_set']} at τ {_g(f['tau'])} "
+                     f"({f.get('n_failures') or '—'}/{f.get('n_reruns') or '—'} failed, {u})")
+    return "; ".join(parts)
+
+
+def _g(x: str | None) -> str:
+    try:
+        return f"{float(x):g}"
+    except (TypeError, ValueError):
+        return "—"
+
+
+def _ordered(cards: dict[str, dict[str, str]]) -> list[dict[str, str]]:
+    """The default audit set first, then by audit set and τ."""
+    def tau(f):
+        try:
+            return float(f["tau"])
+        except (TypeError, ValueError):
+            return math.inf
+
+    return sorted(cards.values(), key=lambda f: (f["audit_set"] != keys.DEFAULT_AUDIT, f["audit_set"], tau(f)))
+
+
 def card_run_link(card_uri: str, experiment_id: str | None) -> str:
     """A link to a card run's page in the MLflow UI, relative to the UI's own address (so it works
     on any host the UI is served from): its artifacts, opened on ``card.html``, in the UI's
@@ -222,7 +290,12 @@ def card_run_link(card_uri: str, experiment_id: str | None) -> str:
 
 
 def _find_section(previous: str) -> int:
-    """Where the cards' section starts in a description written earlier (len when it has none)."""
+    """Where the cards' section starts in a description written earlier (len when it has none):
+    the summary line above :data:`SECTION_MARKER`, or, in descriptions written before it, the
+    verdict table's header or the older marker."""
+    i = previous.find(SECTION_MARKER)
+    if i >= 0:
+        return previous.rfind("\n", 0, max(i - 1, 0)) + 1
     for mark in (DESCRIPTION_HEADER, DESCRIPTION_MARKER):
         i = previous.find(mark)
         if i >= 0:
@@ -232,29 +305,33 @@ def _find_section(previous: str) -> int:
 
 def _description(previous: str | None, cards: dict[str, dict[str, str]], latest_md: str, latest_uri: str,
                  links: dict[str, str] | None = None) -> str:
-    """The version's description: the text a person wrote above the cards' section, kept; then the
-    verdict table of every attached card (plain Markdown: it begins with the table's header,
-    which is also how a later attach finds the section), a link to the card run of the card
-    attached last, and that card's Markdown when it fits MLflow's 5,000 characters (else as many
-    of its sections as fit, and where the rest is)."""
+    """The version's description: the text a person wrote above the cards' section, kept; then
+    the verdicts in one plain line (what the registered model's versions table shows), the
+    marker that finds the section again, the verdict table of every attached card, a link to the
+    card run of the card attached last, and that card's Markdown when it fits MLflow's 5,000
+    characters (else as many of its sections as fit, and where the rest is). Tables are spaced
+    for MLflow's renderer (:func:`recipe_audit.cards.tables.spaced_tables`)."""
+    from recipe_audit.cards.tables import spaced_tables
+
     links = links or {}
     previous = previous or ""
     kept = previous[:_find_section(previous)].rstrip()
     rows = []
-    for f in sorted(cards.values(), key=lambda f: (f["audit_set"] != keys.DEFAULT_AUDIT, f["audit_set"],
-                                                    float(f["tau"]))):
+    for f in _ordered(cards):
         u = "—" if not f.get("upper_bound") else f"{float(f['upper_bound']):.3f}"
         k = f.get("n_failures") or "—"
         link = links.get(f["card_uri"])
         run = f"[card run]({link})" if link else f"`{f['card_uri']}`"
-        rows.append([f"`{f['audit_set']}`", f"{float(f['tau']):g}", f"**{f['verdict']}**", f"{k}/{f['n_reruns']}",
-                     u, f"{float(f['eps']):g}", f"{float(f['delta']):g}", run])
+        rows.append([f"`{f['audit_set']}`", _g(f["tau"]), f"**{f['verdict']}**", f"{k}/{f.get('n_reruns') or '—'}",
+                     u, _g(f.get("eps")), _g(f.get("delta")), run])
     lines = [DESCRIPTION_HEADER, "|" + "|".join("---" for _ in DESCRIPTION_COLUMNS) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     link = links.get(latest_uri)
     where = f"[the card run in MLflow]({link}) (`{latest_uri}`)" if link else f"`{latest_uri}`"
-    head = "\n\n".join(p for p in [kept, "\n".join(lines),
+    head = "\n\n".join(p for p in [kept, summary_line(cards) + "\n" + SECTION_MARKER,
+                                   spaced_tables("\n".join(lines)),
                                    f"The card attached last, with its plots: {where}."] if p)
+    latest_md = spaced_tables(latest_md)
     full = head + "\n\n" + latest_md
     if len(full) <= MAX_DESCRIPTION:
         return full
@@ -372,14 +449,23 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
                                                     experiment)
         current = dict(mv.tags or {})
         old_description = mv.description
-        new_tags = {f"{stem}.{name}": value for stem, f in fields_by_stem.items() for name, value in f.items()}
-        new_tags.update({stem: summary_tag(f) for stem, f in fields_by_stem.items()})  # first of its tags
+        new_tags: dict[str, str] = {}
+        for stem, f in fields_by_stem.items():  # a handful of tags per card: the rest is in the card
+            new_tags[stem] = summary_tag(f)  # first of its tags
+            new_tags.update({f"{stem}.{name}": f[name] for name in VERSION_TAG_FIELDS})
         if run_recipe:
             new_tags[keys.TAG_RECIPE_ID] = run_recipe
+        # the fields an earlier attach of the same (audit set, τ) kept as tags go with its card
+        stale = [k for k in current if k not in new_tags and k.rpartition(".")[0] in fields_by_stem
+                 and k.rpartition(".")[2] in CARD_FIELDS]
+        for k in stale:
+            old_tags.setdefault(k, current[k])
+            reg.delete_version_tag(model_name, mv.version, k)
         for k, v in new_tags.items():
             old_tags.setdefault(k, current.get(k))
             reg.set_version_tag(model_name, mv.version, k, v)
-        all_cards = attached_cards({**current, **new_tags})
+        others = {k: v for k, v in current.items() if k not in stale and k not in new_tags}
+        all_cards = {**attached_cards(others, tracking_uri), **fields_by_stem}
         latest_md = to_markdown(RecipeCard.from_json(sub))
         exp_ids = {experiment: exp.experiment_id}
         for f in all_cards.values():  # cards attached earlier may come from another experiment
@@ -502,7 +588,7 @@ def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alia
     mv = reg.version(model_name, version=version, alias=alias)
     policy = release_policy(reg, model_name, max_eps, max_delta)
     what = f"model '{model_name}' version {mv.version}" + (f" (alias '{alias}')" if alias else "")
-    cards = attached_cards(dict(mv.tags or {}))
+    cards = attached_cards(dict(mv.tags or {}), tracking_uri)
     if audit is None:
         audits = sorted({f["audit_set"] for f in cards.values()})
         if len(audits) > 1:

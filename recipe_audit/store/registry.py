@@ -134,6 +134,9 @@ class ModelRegistry:
     def set_version_tag(self, name: str, version: str, key: str, value: str) -> None:
         self.client.set_model_version_tag(name, version, key, value)
 
+    def delete_version_tag(self, name: str, version: str, key: str) -> None:
+        self.client.delete_model_version_tag(name, version, key)
+
     def set_description(self, name: str, version: str, description: str) -> None:
         self.client.update_model_version(name, version, description=description)
 

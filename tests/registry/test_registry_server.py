@@ -83,7 +83,7 @@ def test_attach_gate_verify_over_http(server, world, capsys):
                             str(world.card), "--set-alias", "candidate", "--tracking-uri", uri], capsys)
     assert rc == 0 and "registered as new version 1" in out, err
     mv = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version_by_alias("clf", "candidate")
-    cards = registry.attached_cards(mv.tags)
+    cards = registry.attached_cards(mv.tags, uri)
     assert cards["recipe_audit.card.calibration.tau_0.7"]["verdict"] == "release-supported"
     assert cards["recipe_audit.card.shift_x.tau_0.7"]["verdict"] == "strong-unsupported"
     gate = ["gate", "--model-name", "clf", "--alias", "candidate", "--tracking-uri", uri]

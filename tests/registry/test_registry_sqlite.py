@@ -86,27 +86,28 @@ def test_attach_registers_the_logged_model_and_tags_every_card(copy, capsys):
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     mv = client.get_model_version_by_alias("clf", "candidate")
     assert str(mv.version) == "1" and mv.run_id == world.runs[("good", 0)]
-    cards = registry.attached_cards(mv.tags)
+    cards = registry.attached_cards(mv.tags, uri)  # the fields beyond the tags, read from each card
     # the card file holds two recipes x two audit sets x two taus: the version's recipe's four attach
     assert sorted((f["audit_set"], float(f["tau"])) for f in cards.values()) == [
         ("calibration", 0.7), ("calibration", 0.8), ("shift_x", 0.7), ("shift_x", 0.8)]
-    cal = mv.tags[keys.card_tag_stem("calibration", 0.7) + ".verdict"]
-    assert cal == "release-supported"
+    assert cards[keys.card_tag_stem("calibration", 0.7)]["verdict"] == "release-supported"
     stem = "recipe_audit.card.shift_x.tau_0.7"
-    assert mv.tags[stem + ".verdict"] == "strong-unsupported"
-    assert (mv.tags[stem + ".n_reruns"], mv.tags[stem + ".n_failures"]) == ("29", "10")
-    assert mv.tags[stem + ".recipe_id"] == GOOD and mv.tags[stem + ".source_run_in_card"] == "true"
-    for name in ("upper_bound", "tau", "eps", "delta", "audit_set", "card_uri", "card_digest"):
-        assert mv.tags[f"{stem}.{name}"]
+    f = cards[stem]
+    assert f["verdict"] == "strong-unsupported" and (f["n_reruns"], f["n_failures"]) == ("29", "10")
+    assert f["recipe_id"] == GOOD and float(f["eps"]) == 0.1 and f["experiment"]
+    # a handful of tags per card: its summary (the first of its tags), where the card is, its digest
+    assert sorted(k for k in mv.tags if k.startswith(stem)) == [stem, stem + ".card_digest", stem + ".card_uri"]
+    assert len([k for k in mv.tags if k.startswith(keys.CARD_TAG_PREFIX)]) == 3 * 4
+    assert mv.tags[stem] == f"strong-unsupported · 10/29 failed τ 0.7 · U {float(f['upper_bound']):.3f} > ε 0.1"
     assert mv.tags[keys.TAG_RECIPE_ID] == GOOD
-    # the page reads top-down: the verdict table first (plain Markdown), a link to each card run in
-    # the UI, then the card; one summary tag per card, the first of its tags
-    assert mv.description.startswith(registry.DESCRIPTION_HEADER + "\n|---") and "shift_x" in mv.description
-    assert "<!--" not in mv.description and "](#/experiments/" in mv.description
+    # the page reads top-down: the verdicts in one plain line (what the versions table shows), the
+    # verdict table (spaced for MLflow's renderer), a link to each card run in the UI, then the card
+    first, rest = mv.description.split("\n", 1)
+    assert first.startswith("release-supported on calibration at τ 0.7 (0/29 failed, U ") and "|" not in first
+    assert "; strong-unsupported on shift_x at τ 0.7 (10/29 failed, U " in first
+    assert rest.startswith(registry.SECTION_MARKER + "\n\n| recipe cards (audit set)&nbsp;&nbsp; | τ&nbsp;&nbsp; |")
+    assert "](#/experiments/" in mv.description
     assert mv.description.index("](#/experiments/") < mv.description.index("# Recipe card")
-    assert mv.tags[stem] == "strong-unsupported · 10/29 failed τ 0.7 · U " + \
-        f"{float(mv.tags[stem + '.upper_bound']):.3f} > ε 0.1"
-    assert sorted(k for k in mv.tags if k.startswith(stem))[0] == stem
     assert len(mv.description) <= registry.MAX_DESCRIPTION
     # the card JSON sits in a card run beside the reruns, and reads back as a valid card
     card_run = mv.tags[stem + ".card_uri"].split("/")[1]
@@ -180,12 +181,23 @@ def test_several_cards_from_several_attaches(copy, capsys):
     assert run_cli([*base, "--audit", "calibration", "--tau", "0.7"], capsys)[0] == 0
     mv = client.get_model_version("clf", "1")
     assert len(registry.attached_cards(mv.tags)) == 3
-    assert mv.description.count(registry.DESCRIPTION_HEADER) == 1
-    # text a person wrote above the table stays; the cards' section is rewritten below it
+    assert mv.description.count(registry.SECTION_MARKER) == 1 and mv.description.count("| recipe cards (audit set)") == 1
+    # text a person wrote above the cards' section stays; the section is rewritten below it
     client.update_model_version("clf", "1", description="Owner: team A.\n\n" + mv.description)
     assert run_cli([*base, "--audit", "shift_x"], capsys)[0] == 0
     desc = client.get_model_version("clf", "1").description
-    assert desc.startswith("Owner: team A.\n\n" + registry.DESCRIPTION_HEADER) and desc.count("Owner") == 1
+    assert desc.startswith("Owner: team A.\n\nrelease-supported on calibration at τ 0.7 (")
+    assert desc.count("Owner") == 1 and desc.count(registry.SECTION_MARKER) == 1
+    # a version attached before kept every field as a tag: attaching again leaves three per card
+    tags = client.get_model_version("clf", "1").tags
+    stem = keys.card_tag_stem("shift_x", 0.7)
+    legacy = {**registry.attached_cards(tags, uri)[stem], "attached": "2026-11-30T00:00:00+00:00"}
+    for name, value in legacy.items():
+        client.set_model_version_tag("clf", "1", f"{stem}.{name}", value)
+    assert registry.attached_cards(client.get_model_version("clf", "1").tags)[stem]["verdict"] == legacy["verdict"]
+    assert run_cli([*base, "--audit", "shift_x", "--tau", "0.7"], capsys)[0] == 0
+    tags = client.get_model_version("clf", "1").tags
+    assert sorted(k for k in tags if k.startswith(stem)) == [stem, stem + ".card_digest", stem + ".card_uri"]
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -461,9 +473,8 @@ def test_editing_a_card_in_the_artifact_store_fails_gate_and_verify(copy, capsys
         d["cells"][0]["recipe_summary"] = "the stable recipe, signed off"
         (where / "card.json").write_text(json.dumps(d))
 
-    err = edit(summary)  # the gate: the version's tag says another summary; verify: the digest
-    assert "do not match the card they point to (recipe: tag" in err
-    assert "the card's content does not match its digest" in err
+    err = edit(summary)  # the gate and verify: the card's content no longer matches its digest
+    assert "FAIL (card-does-not-verify)" in err and "the card's content does not match its digest" in err, err
     assert run_cli(gate, capsys)[0] == 0
 
 
@@ -490,7 +501,8 @@ def test_a_card_of_the_users_own_metric_gates_without_audit(copy, capsys):
     rc, out, err = run_cli(["attach", "--model-name", "byo-clf", "--version", "1", "--card", "byo.json",
                             "--tracking-uri", uri], capsys)
     assert rc == 0 and "val_acc τ = 0.7: release-supported" in out, err
-    assert client.get_model_version("byo-clf", "1").tags["recipe_audit.card.val_acc.tau_0.7.audit_set"] == "val_acc"
+    assert registry.attached_cards(client.get_model_version("byo-clf", "1").tags, uri)[
+        "recipe_audit.card.val_acc.tau_0.7"]["audit_set"] == "val_acc"
     rc, out, err = run_cli(["gate", "--model-name", "byo-clf", "--version", "1", "--tracking-uri", uri], capsys)
     assert rc == 0 and "release-supported on audit set 'val_acc'" in out, err
 
@@ -508,9 +520,9 @@ def test_attach_records_the_family_and_the_gate_reads_the_family_wise_verdict(co
     assert _attach_from_run(uri, world, capsys)[0] == 0
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     stem = keys.card_tag_stem("calibration", 0.7)
-    tags = client.get_model_version("clf", "1").tags
-    assert tags[stem + ".family_size"] == "2" and tags[stem + ".family_verdict"] == "release-supported"
-    assert sorted(tags[stem + ".family_members"].split(",")) == sorted([GOOD, BAD])
+    f = registry.attached_cards(client.get_model_version("clf", "1").tags, uri)[stem]  # read from the card
+    assert f["family_size"] == "2" and f["family_verdict"] == "release-supported"
+    assert sorted(f["family_members"].split(",")) == sorted([GOOD, BAD])
     rc, out, err = run_cli(["gate", "--model-name", "clf", "--version", "1", "--audit", "calibration", "--tau",
                             "0.7", "--tracking-uri", uri], capsys)
     assert rc == 0 and "family-wise (chosen from M = 2 recipe identities)" in out, err
