@@ -88,9 +88,10 @@ def note_line(row: Mapping[str, Any]) -> str:
     if row.get("reading"):
         verdict += f" ({row['reading']}; pointwise {row.get('pointwise')})"
     recipe = str(row.get("recipe") or "").replace("`", "'")
+    recipe = f"`{recipe}`" if recipe.startswith("recipe") else f"recipe `{recipe}`"  # labels may say it
     k, n = row.get("k"), row.get("n")
     u = row.get("upper_bound")
-    parts = [verdict, f"recipe `{recipe}`", str(row.get("metric") or ""), f"τ {float(row['tau']):g}",
+    parts = [verdict, recipe, str(row.get("metric") or ""), f"τ {float(row['tau']):g}",
              f"{'—' if k is None else k}/{n} failed", f"U {'—' if u is None else f'{float(u):.3f}'}",
              str(row.get("time") or "")]
     return "- " + " · ".join(p for p in parts if p)
