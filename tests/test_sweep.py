@@ -68,7 +68,7 @@ def test_single_run_and_default_store_location(tmp_path, monkeypatch, migrated_m
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     (tmp_path / "mlruns").mkdir()  # MLflow's tables made already (seconds); the app picks the file
     shutil.copy(migrated_mlflow_db, tmp_path / "mlruns" / "mlflow.db")
-    proc = run_app(["seed=5", *SMALL], cwd=tmp_path)
+    proc = run_module_here(["seed=5", *SMALL], cwd=tmp_path)  # in this process (helpers.inprocess)
     assert proc.returncode == 0, proc.stderr[-3000:]
     db = tmp_path / "mlruns" / "mlflow.db"
     assert db.is_file()

@@ -6,6 +6,10 @@ imports them as ``from helpers.app import run_app``:
 - ``app``: ``python -m recipe_audit`` in a subprocess as a user runs it, and the small sizes that make
   a rerun take about a second;
 - ``cli``: the ``recipe-audit`` command line run in-process;
+- ``inprocess``: ``python -m recipe_audit`` or a user's ``train.py`` run in this process (bad input
+  and other checks that need no process of their own);
+- ``procs``: every process a test starts (``procs.run``, ``procs.spawn``: a transient EAGAIN is
+  retried) and every time limit it waits under (``procs.timeout``: scaled for a busy machine);
 - ``store``: a sweep logged the way recipe_audit logs one, without training;
 - ``query_stores``, ``registry_world``, ``acceptance_synth``: the data the query, registry and
   acceptance tests read (the query fixtures reach tests/query through its conftest.py).
