@@ -73,3 +73,31 @@ def test_the_verdict_a_card_leads_with():
     assert note.headline(one) == ("unsupported", None, 0.1717)
     (line,) = [note.note_line(r) for r in note.note_rows([fam], "t")]
     assert line.startswith("- **unsupported** (family-wise; pointwise release-supported) · ")
+
+
+def test_the_store_keeps_the_latest_rows_and_leaves_a_full_description_alone(store):
+    """On a store: the rows of earlier cards are kept (JSON beside the block), the person's text
+    is kept, and a description the person filled alone is left as it is."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from recipe_audit.store.experiment_note import TAG_NOTE, TAG_NOTE_ROWS, publish_experiment_note
+
+    client = MlflowClient(store)
+    exp_id = client.create_experiment("exp")
+    client.set_experiment_tag(exp_id, TAG_NOTE, "Ours.")
+    assert publish_experiment_note(store, "nope", [_entry()]) is None  # no such experiment: nothing written
+    publish_experiment_note(store, "exp", [_entry()])
+    publish_experiment_note(store, "exp", [_entry(label="stable", recipe_id="def", verdict="release-supported",
+                                                  n_failures=0, upper_bound=0.038)])
+    tags = client.get_experiment(exp_id).tags
+    lines = [ln for ln in tags[TAG_NOTE].splitlines() if ln.startswith("- ")]
+    assert [ln.split(" · ")[:2] for ln in lines] == [["- **release-supported**", "recipe `stable`"],
+                                                      ["- **unsupported**", "recipe `default`"]]
+    assert tags[TAG_NOTE].endswith("\n\nOurs.") and f"](#/experiments/{exp_id}/runs?" in tags[TAG_NOTE]
+    assert [r["recipe"] for r in json.loads(tags[TAG_NOTE_ROWS])] == ["stable", "default"]
+    full = "y" * note.MAX_NOTE
+    client.set_experiment_tag(exp_id, TAG_NOTE, full)
+    assert publish_experiment_note(store, "exp", [_entry()]) is None
+    assert client.get_experiment(exp_id).tags[TAG_NOTE] == full
