@@ -15,8 +15,15 @@ import pytest
 def _no_sweep_leaks():
     """A test that opens a sweep in this process (tracking.start_sweep publishes it in the
     environment for its jobs) must not hand it to the next test's subprocesses."""
+    creds = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
     yield
     os.environ.pop("RECIPE_AUDIT_SWEEP", None)
+    # a tracking URI with user:password moves them there (store.uris.credentials_to_env): not to the next test
+    for k, v in creds.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture(scope="session")

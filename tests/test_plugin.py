@@ -240,7 +240,7 @@ def test_resume_in_the_directory_of_another_recipe_refuses_naming_both(tmp_path,
     (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.taus=[]"], "is empty"),
     ([*PLUGIN, "seed=a,b"], "seed values must be integers"),
     (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.tracking_uri=http://u:secret@127.0.0.1:9"],
-     "The MLflow tracking server at http://u:***@127.0.0.1:9 is not reachable"),
+     "The MLflow tracking server at http://127.0.0.1:9 is not reachable"),  # the credentials in the environment
 ])
 def test_bad_input_stops_before_any_job(tmp_path, store, args, needle):
     """The user's ``train.py`` run in this process (helpers.inprocess): the same Hydra entry

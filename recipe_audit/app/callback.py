@@ -621,8 +621,12 @@ def _nothing_logged(sweep, metric: str, kind: str) -> str | None:
     None when some rerun has a metric (the card's own sentence then lists them)."""
     from recipe_audit.store import tracking
 
+    from recipe_audit import keys
+
     try:
-        finished = tracking.sweep_runs(sweep, kind, status="FINISHED")
+        # the jobs that ended without an error: FINISHED, or FAILED for want of the metric (_no_metric)
+        finished = [r for r in tracking.sweep_runs(sweep, kind, status=None) if r.info.status == "FINISHED" or (
+            r.info.status == "FAILED" and r.data.tags.get(keys.TAG_ERROR, "").startswith(_NO_METRIC_LEAD))]
     except Exception:  # noqa: BLE001 - only a better sentence is at stake
         return None
     if not finished or any(r.data.metrics for r in finished):
@@ -750,12 +754,15 @@ def _returned_metrics(value: Any, metrics: Sequence[str]) -> dict[str, float]:
     return {}
 
 
+_NO_METRIC_LEAD = "the task returned "
+
+
 def _no_metric(value: Any, missing: Sequence[str], metrics: Sequence[str]) -> str:
     """Why a job that ended without error has no card metric: what it returned, what is accepted."""
     text = repr(value)
     text = text if len(text) <= 80 else text[:77] + "..."
     names = ", ".join(f"'{m}'" for m in missing)
-    return (f"the task returned {text} ({type(value).__name__}) and logged no {names}: log the metric to the "
+    return (f"{_NO_METRIC_LEAD}{text} ({type(value).__name__}) and logged no {names}: log the metric to the "
             f"rerun's run (mlflow.log_metric) or return it, as a number (read as '{metrics[0]}') or a mapping "
             "of metric names to numbers")
 

@@ -139,7 +139,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
     from recipe_audit.store.tracking import resolve_tracking_uri
 
     card = read_card(a.card, resolve_tracking_uri(a.tracking_uri))
-    res = verify_card(card.doc, a.tracking_uri, card)  # default: the store the card names (its source)
+    res = verify_card(card.doc, a.tracking_uri and resolve_tracking_uri(a.tracking_uri), card)  # default: the store the card names (its source)
     if a.json:
         print(json.dumps(res.to_dict()))
     elif res.ok:

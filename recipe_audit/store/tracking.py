@@ -49,8 +49,12 @@ def default_tracking_uri(cwd: Path | None = None) -> str:
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
-    """``uri`` if given, else ``$MLFLOW_TRACKING_URI``, else the default SQLite store."""
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    """``uri`` if given, else ``$MLFLOW_TRACKING_URI``, else the default SQLite store; a server's
+    user and password moved to ``$MLFLOW_TRACKING_USERNAME`` / ``_PASSWORD``
+    (:func:`recipe_audit.store.uris.credentials_to_env`), so the URI returned holds none."""
+    from recipe_audit.store.uris import credentials_to_env
+
+    return credentials_to_env(uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri())
 
 
 def _default_artifact_location(uri: str) -> str | None:
@@ -324,13 +328,16 @@ def use_tracking_uri(uri: str):
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``; lists are kept whole, as JSON."""
+    from recipe_audit.store.uris import mask_in_text
+
     out: dict[str, str] = {}
     for k, v in d.items():
         name = f"{prefix}{k}"
         if isinstance(v, Mapping) and v:
             out.update(flatten(v, name + "."))
         else:
-            out[name] = json.dumps(v) if isinstance(v, (list, tuple, dict)) else str(v)
+            # recorded as params: a password in a URI (tracking.uri=http://user:pw@host) masked
+            out[name] = mask_in_text(json.dumps(v) if isinstance(v, (list, tuple, dict)) else str(v))
     return out
 
 
@@ -418,12 +425,22 @@ class SweepInfo:
         return cls(**d)
 
 
+def _write_private(path: Path, text: str) -> None:
+    """``text`` to ``path``, readable by its owner only (0600, whatever the umask)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file that existed keeps its mode otherwise
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def start_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path, overrides: list[str],
                 tags: Mapping[str, str] | None = None) -> SweepInfo:
     """Open the parent run of a multirun (with ``tags`` besides its own) and publish it to the
     jobs (environment and a file in the sweep directory, so launchers in other processes or on
     other hosts find it)."""
     import uuid
+
+    from recipe_audit.store.uris import mask_in_text
 
     seeds = tuple(sorted(set(int(s) for s in planned_seeds)))
     sweep_id = uuid.uuid4().hex[:12]
@@ -433,13 +450,13 @@ def start_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path, ove
         tags={keys.TAG_KIND: keys.KIND_SWEEP, keys.TAG_SWEEP_ID: sweep_id,
               keys.TAG_PLANNED_SEEDS: json.dumps(list(seeds), separators=(",", ":")),
               "recipe_audit.sweep_dir": str(sweep_dir.resolve()),
-              "recipe_audit.overrides": " ".join(overrides)[:5000], **(tags or {})},
+              "recipe_audit.overrides": mask_in_text(" ".join(overrides))[:5000], **(tags or {})},
     )
     client.log_param(run.info.run_id, "planned_seeds", _compact_seeds(seeds))
     info = SweepInfo(sweep_id, run.info.run_id, store.uri, store.experiment_name, seeds)
     os.environ[SWEEP_ENV] = info.to_json()
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    (sweep_dir / SWEEP_FILE).write_text(info.to_json())
+    _write_private(sweep_dir / SWEEP_FILE, info.to_json())
     return info
 
 
@@ -698,7 +715,10 @@ _RESUME_IGNORED = ("tracking.resume", "hydra.")
 
 
 def _overrides_key(overrides: Iterable[str]) -> str:
-    return " ".join(o for o in overrides if not o.lstrip("+~").startswith(_RESUME_IGNORED))
+    from recipe_audit.store.uris import mask_in_text
+
+    # as the sweep's tag records them: a password in an override masked
+    return " ".join(mask_in_text(o) for o in overrides if not o.lstrip("+~").startswith(_RESUME_IGNORED))
 
 
 class ResumeMismatch(TrackingError):
@@ -760,7 +780,7 @@ def reopen_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path,
     client.set_tag(old.parent_run_id, keys.TAG_PLANNED_SEEDS, json.dumps(list(seeds), separators=(",", ":")))
     os.environ[SWEEP_ENV] = info.to_json()
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    (sweep_dir / SWEEP_FILE).write_text(info.to_json())
+    _write_private(sweep_dir / SWEEP_FILE, info.to_json())
     return info
 
 

@@ -61,6 +61,38 @@ def without_credentials(uri: str) -> str:
     return _USERINFO.sub(lambda m: m.group("scheme"), uri)
 
 
+#: Where MLflow's client reads the credentials of a tracking server (HTTP basic auth).
+ENV_USERNAME, ENV_PASSWORD = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
+
+
+def credentials_to_env(uri: str, environ=None) -> str:
+    """An ``http(s)://user:password@host`` URI's credentials moved to where MLflow's client reads
+    them, ``$MLFLOW_TRACKING_USERNAME`` and ``$MLFLOW_TRACKING_PASSWORD`` (percent-decoded), and
+    the URI returned without them: what is printed, recorded, tagged and handed to the jobs as
+    ``$MLFLOW_TRACKING_URI`` then holds no password (MLflow's own "View run ... at:" lines
+    included: they print the URI the client was made with). Jobs inherit the two variables.
+    Other URIs (no password, other schemes) come back unchanged.
+
+    >>> env = {}
+    >>> credentials_to_env("http://admin:p%40ss@127.0.0.1:5000", env), env[ENV_USERNAME], env[ENV_PASSWORD]
+    ('http://127.0.0.1:5000', 'admin', 'p@ss')
+    >>> credentials_to_env("sqlite:////tmp/mlflow.db", env)
+    'sqlite:////tmp/mlflow.db'
+    """
+    import os
+    from urllib.parse import unquote
+
+    if not uri.lower().startswith(("http://", "https://")):
+        return uri
+    m = _USERINFO.match(uri)
+    if m is None or ":" not in m.group("userinfo"):
+        return uri
+    user, _, password = m.group("userinfo").partition(":")
+    env = os.environ if environ is None else environ
+    env[ENV_USERNAME], env[ENV_PASSWORD] = unquote(user), unquote(password)
+    return without_credentials(uri)
+
+
 def absolute_uri(uri: str, cwd: str | None = None) -> str:
     """``uri`` with a relative local path made absolute (against ``cwd``, default the working
     directory), so that it names the same store from anywhere: ``sqlite:///mlruns/mlflow.db`` ->
