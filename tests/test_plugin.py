@@ -607,3 +607,57 @@ def test_an_app_that_logs_and_returns_nothing_is_told_what_to_set(tmp_path, stor
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("recipe_audit: error: no card for metric 'test/acc' of sweep"), proc.stderr[-2000:]
     assert "none of its 2 finished rerun(s) logged a metric" in last and "+optimized_metric=test/acc" in last
+
+
+def test_a_password_in_the_tracking_uri_is_sent_never_shown(tmp_path, store, monkeypatch):
+    """tracking_uri=http://admin:PW@host: the password goes to the server as HTTP basic auth (through
+    MLFLOW_TRACKING_USERNAME/_PASSWORD) and nowhere else: not in what the sweep prints (MLflow's own
+    "View run ... at:" lines printed it 8 times in a 2-seed sweep), not in the sweep file (0600), not in
+    a param or tag. The server is MLflow's own app in a thread of this process, as a user's server."""
+    import base64
+    import stat
+    import threading
+
+    from mlflow.server import app as flask_app
+    from mlflow.server import handlers
+    from mlflow.tracking import MlflowClient
+    from werkzeug.serving import make_server
+
+    from recipe_audit.store import tracking
+
+    backend = f"sqlite:///{tmp_path / 'server.db'}"
+    monkeypatch.setenv("_MLFLOW_SERVER_FILE_STORE", backend)
+    monkeypatch.setenv("_MLFLOW_SERVER_ARTIFACT_ROOT", str(tmp_path / "artifacts"))
+    monkeypatch.setattr(handlers, "_tracking_store", None)
+    seen = set()
+
+    def recording(environ, start_response):  # the Authorization header of every request
+        seen.add(environ.get("HTTP_AUTHORIZATION"))
+        return flask_app(environ, start_response)
+
+    server = make_server("127.0.0.1", 0, recording, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    password = "Pw-4f1e9c-secret"
+    host = f"127.0.0.1:{server.server_port}"
+    try:
+        app = _app(tmp_path, PLAIN_APP)
+        proc = run_script_here(app / "train.py", [
+            "-m", "seed=range(2)", *PLUGIN, f"hydra.callbacks.recipe_audit.tracking_uri=http://admin:{password}@{host}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}"], env_extra={"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "false"})
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-3000:]
+        assert "View run" in out and f"http://{host}/#/experiments/" in out  # MLflow's lines, without the password
+        assert password not in out
+        sweep_file = tmp_path / "sweep" / tracking.SWEEP_FILE
+        assert stat.S_IMODE(sweep_file.stat().st_mode) == 0o600
+        assert password not in sweep_file.read_text() and f"http://{host}" in sweep_file.read_text()
+        client = MlflowClient(f"http://{host}")
+        runs = client.search_runs([client.get_experiment_by_name("train").experiment_id])
+        assert len(_kind(runs, keys.KIND_RERUN)) == 2
+        for r in runs:
+            assert password not in json.dumps([r.data.params, r.data.tags]), r.info.run_id
+        assert f"Basic {base64.b64encode(f'admin:{password}'.encode()).decode()}" in seen  # sent, as basic auth
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
