@@ -619,9 +619,8 @@ def _nothing_logged(sweep, metric: str, kind: str) -> str | None:
     function logged nothing to MLflow and returned no number (lightning-hydra-template without
     an MLflow logger, whose ``train.py`` returns None while its ``optimized_metric`` is unset).
     None when some rerun has a metric (the card's own sentence then lists them)."""
-    from recipe_audit.store import tracking
-
     from recipe_audit import keys
+    from recipe_audit.store import tracking
 
     try:
         # the jobs that ended without an error: FINISHED, or FAILED for want of the metric (_no_metric)
