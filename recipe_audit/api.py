@@ -303,13 +303,21 @@ def attach(model_name: str, card: Card | dict[str, Any] | str | Path, *, version
 
 def gate(model_name: str, *, version: str | int | None = None, alias: str | None = None,
          audit: str | None = None, tau: float | None = None, max_eps: float | None = None,
-         max_delta: float | None = None, tracking_uri: str | None = None) -> GateResult:
-    """The release gate (``recipe-audit gate``): ``.passed`` is True only when the version (or
-    the one ``alias`` points at) carries a ``release-supported`` card for ``audit`` and ``tau``,
-    computed within the release policy (ε ≤ ``max_eps``, δ ≤ ``max_delta``; default: the
-    registered model's policy tags, else 0.1 each), that still verifies against the tracking
-    store. ``.outcome`` and ``.message`` say why not."""
+         max_delta: float | None = None, metric: str | None = None, higher_is_better: bool | None = None,
+         family: Sequence[str] | None = None, pointwise: bool | None = None, experiment: str | None = None,
+         policy: str | None = None, tracking_uri: str | None = None) -> GateResult:
+    """The release gate (``recipe-audit gate``), under the gate's own policy: the bar ``tau`` and
+    the ``audit`` set (or ``metric``) are required (here or in the ``policy`` file), ε ≤
+    ``max_eps`` and δ ≤ ``max_delta`` (default 0.1 each), ``higher_is_better`` (default True),
+    the ``family`` (default: every recipe identity of the experiment). ``.passed`` is True only
+    when the gate's recomputation over every rerun of the version's recipe in the store is
+    ``release-supported`` and the attached card covers exactly those reruns and verifies.
+    ``.outcome`` and ``.message`` say why not; ``.evidence`` what was recomputed."""
+    from recipe_audit.release.evidence import load_policy_file, make_policy
     from recipe_audit.release.registry import gate as _gate
 
-    return _gate(_uri(tracking_uri), model_name, version=None if version is None else str(version), alias=alias,
-                 audit=audit, tau=tau, max_eps=max_eps, max_delta=max_delta)
+    flags = {"tau": tau, "audit": audit, "metric": metric, "higher_is_better": higher_is_better, "max_eps": max_eps,
+             "max_delta": max_delta, "family": None if family is None else list(family), "pointwise": pointwise,
+             "experiment": experiment}
+    pol = make_policy(flags, load_policy_file(policy) if policy else None, file_name=f"policy file {policy}")
+    return _gate(_uri(tracking_uri), model_name, pol, version=None if version is None else str(version), alias=alias)

@@ -22,6 +22,9 @@ TAG_TASK = PREFIX + "task"
 TAG_SWEEP_ID = PREFIX + "sweep_id"  # equal on the sweep parent and all its reruns
 TAG_AUDIT_SETS = PREFIX + "audit_sets"  # comma-separated audit sets the rerun was scored on
 TAG_PLANNED_SEEDS = PREFIX + "planned_seeds"  # on the sweep parent: JSON list of ints
+# on the sweep parent, set when the sweep starts: "true" when its metrics are higher-is-better,
+# "false" for lower-is-better (a loss); the release gate refuses a card read the other way
+TAG_HIGHER_IS_BETTER = PREFIX + "higher_is_better"
 TAG_ERROR = PREFIX + "error"  # on a FAILED rerun: the exception, one line
 # where a rerun ran, for operators (which process on which node a dead rerun was) and the fault tests
 TAG_HOST = PREFIX + "host"  # on a rerun: socket.gethostname() of its process

@@ -146,10 +146,11 @@ def test_ci_api_card_attach_gate_round_trip(store):
     res = recipe_audit.attach("clf", c, version=mv.version, set_alias="candidate")
     assert sorted((x["tau"], x["verdict"]) for x in res.cards) == [
         ("0.4", "release-supported"), ("0.7", "unsupported")]
-    assert recipe_audit.gate("clf", alias="candidate", tau=0.4).passed
-    g = recipe_audit.gate("clf", version=1, tau=0.7)
+    assert recipe_audit.gate("clf", alias="candidate", audit="calibration", tau=0.4).passed
+    g = recipe_audit.gate("clf", version=1, audit="calibration", tau=0.7)
     assert not g.passed and g.outcome == "unsupported"
-    assert not recipe_audit.gate("clf", version=1, tau=0.4, max_eps=0.05).passed  # a stricter policy
+    assert g.evidence["n_reruns"] == 25 and g.evidence["n_failures"] == 1
+    assert not recipe_audit.gate("clf", version=1, audit="calibration", tau=0.4, max_eps=0.05).passed  # stricter
 
 
 def test_the_docs_page_examples_run():

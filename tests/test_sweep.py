@@ -34,6 +34,7 @@ def test_multirun_logs_every_rerun_nested_under_its_sweep(tmp_path, store):
     parent = sweeps[0]
     assert parent.info.status == "FINISHED"
     assert json.loads(parent.data.tags[keys.TAG_PLANNED_SEEDS]) == [0, 1]
+    assert parent.data.tags[keys.TAG_HIGHER_IS_BETTER] == "true"  # the direction, recorded as the sweep starts
     for r in reruns:
         tags = r.data.tags
         assert tags[keys.TAG_PARENT] == parent.info.run_id

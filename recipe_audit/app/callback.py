@@ -38,7 +38,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from recipe_audit.keys import KIND_ACCEPTANCE_CELL, KIND_RERUN
+from recipe_audit.keys import KIND_ACCEPTANCE_CELL, KIND_RERUN, TAG_HIGHER_IS_BETTER
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 
 log = logging.getLogger("recipe_audit")
@@ -253,7 +253,8 @@ class RecipeAuditCallback(Callback):
         if _rank() != 0:
             return
         tags = {**decided_tags(decided), **_devices().parent_tags(placed)}
-        if sweep is None:
+        if sweep is None:  # the metric's direction is recorded as the sweep starts (the release gate reads it)
+            tags[TAG_HIGHER_IS_BETTER] = "true" if self.higher_is_better else "false"
             sweep = tracking.start_sweep(store, seeds, sweep_dir, overrides, tags=tags)
         elif tags:
             tracking.tag_sweep(sweep, tags)

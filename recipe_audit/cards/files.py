@@ -131,6 +131,36 @@ def _slug(text: str) -> str:
     return keep.strip("_")[:80] or "cell"
 
 
+def plot_names(view: RecipeCard, stem: str = "card") -> tuple[dict[tuple, str], dict[tuple, str]]:
+    """The file names of a card's plots, by cell key: its histograms and its bands (a cell
+    refused for shift has none; a band only where every entry of the cell has one)."""
+    images: dict[tuple, str] = {}
+    band_images: dict[tuple, str] = {}
+    for i, (key, entries) in enumerate(cell_groups(view).items()):
+        if entries[0].n_failures is None:  # refused-shift: nothing measured to plot
+            continue
+        images[key] = f"{stem}_hist_{i}_{_slug(entries[0].label)}.png"
+        if all(e.band for e in entries):
+            band_images[key] = f"{stem}_band_{i}_{_slug(entries[0].label)}.png"
+    return images, band_images
+
+
+def derived_texts(doc: dict[str, Any], stem: str, images: dict[str, bytes]) -> dict[str, bytes]:
+    """What ``<stem>.md`` and ``<stem>.html`` of the card ``doc`` (a card's JSON as written)
+    hold when rendered from it: the Markdown, and the page with the plots of ``images`` (file
+    name -> bytes, read beside the card) embedded. A verifier compares these with the files
+    found beside the card: the Markdown and the page are derived from the JSON, never edited."""
+    view = RecipeCard.from_json(doc)
+    names, band_names = plot_names(view, stem)
+    markdown = to_markdown(view, names, band_names)
+    with tempfile.TemporaryDirectory(prefix=".card-check-") as tmp:
+        for name, data in images.items():
+            if name.endswith(".png") and "/" not in name and "\\" not in name and name not in (".", ".."):
+                (Path(tmp) / name).write_bytes(data)
+        page = to_html(markdown, Path(tmp))
+    return {f"{stem}.md": markdown.encode("utf-8"), f"{stem}.html": page.encode("utf-8")}
+
+
 def render_files(card: RecipeCard | dict[str, Any], out_dir: Path, stem: str = "card") -> dict[str, Path]:
     """Write ``<stem>.json``, ``<stem>.md``, ``<stem>.html`` (the Markdown with its plots embedded)
     and per cell a histogram PNG and a band PNG into ``out_dir``. ``card``: the typed card, or a
@@ -151,22 +181,15 @@ def render_files(card: RecipeCard | dict[str, Any], out_dir: Path, stem: str = "
     view = card.with_seal_of(doc) if isinstance(card, RecipeCard) else RecipeCard.from_json(doc)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".card-") as tmp:
         tmp_dir = Path(tmp)
-        images: dict[tuple, str] = {}
-        band_images: dict[tuple, str] = {}
+        images, band_images = plot_names(view, stem)
         files: dict[str, Path] = {}
         for i, (key, entries) in enumerate(cell_groups(view).items()):
-            if entries[0].n_failures is None:  # refused-shift: nothing measured to plot
-                continue
-            name = f"{stem}_hist_{i}_{_slug(entries[0].label)}.png"
-            fig = histogram(entries)
-            fig.savefig(tmp_dir / name)
-            images[key] = name
-            files[f"hist_{i}"] = out_dir / name
-            if all(e.band for e in entries):  # the band beside the pointwise bound
-                name = f"{stem}_band_{i}_{_slug(entries[0].label)}.png"
-                band_plot(entries).savefig(tmp_dir / name)
-                band_images[key] = name
-                files[f"band_{i}"] = out_dir / name
+            if key in images:
+                histogram(entries).savefig(tmp_dir / images[key])
+                files[f"hist_{i}"] = out_dir / images[key]
+            if key in band_images:  # the band beside the pointwise bound
+                band_plot(entries).savefig(tmp_dir / band_images[key])
+                files[f"band_{i}"] = out_dir / band_images[key]
         if view.responsiveness:
             name = f"{stem}_responsiveness.png"
             responsiveness_plot(view.responsiveness).savefig(tmp_dir / name)

@@ -101,6 +101,9 @@ class CardFiles:
     doc: dict[str, Any]
     files: dict[str, str | None] = field(default_factory=dict)  # None: present, not listed, not read
     own_place: bool = False
+    # the bytes of the listed files found beside the card: the Markdown and the page are rendered
+    # again from the JSON and compared with them (:func:`self_check`)
+    contents: dict[str, bytes] = field(default_factory=dict, repr=False)
 
 
 # ------------------------------------------------------------------------------------------
@@ -149,6 +152,8 @@ def self_check(doc: dict[str, Any], card: CardFiles | None = None) -> list[Findi
         elif document_digest(doc) != doc["digest"]:
             out.append(Finding(HAND_EDITED, "", "the card's digest does not match its content and files"))
         out += _file_findings(doc, card)
+        if not out and card is not None:  # all as sealed: is each derived file what the JSON renders?
+            out += _derived_findings(doc, card)
     if doc.get("shift"):
         from recipe_audit.cards.document import RecipeCard
         from recipe_audit.cards.shift import shift_section
@@ -180,6 +185,28 @@ def _file_findings(doc: dict[str, Any], card: CardFiles | None) -> list[Finding]
         out.append(Finding(HAND_EDITED, "", f"{', '.join(added[:4])} was added beside the card after it was "
                                             f"written (its digest does not cover it)"))
     return out
+
+
+def _derived_findings(doc: dict[str, Any], card: CardFiles) -> list[Finding]:
+    """The Markdown and HTML found beside the card against the same files rendered again from its
+    JSON: they are derived from it, so an edit shows however the manifest and digest were
+    resealed afterwards."""
+    listed = doc.get("artifacts") or {}
+    md = [n for n in listed if n.endswith(".md") and n in card.contents]
+    if len(md) != 1:
+        return []
+    stem = md[0][:-3]
+    from recipe_audit.cards.files import derived_texts
+
+    try:
+        expected = derived_texts(doc, stem, {n: b for n, b in card.contents.items() if n.endswith(".png")})
+    except Exception as exc:  # a card that validates but cannot be rendered again was not written by us
+        return [Finding(HAND_EDITED, "", f"the card's Markdown cannot be rendered again from its JSON ({exc})")]
+    differ = [n for n, data in expected.items() if n in card.contents and card.contents[n] != data]
+    if not differ:
+        return []
+    return [Finding(HAND_EDITED, "", f"{', '.join(differ)} differ(s) from what the card's JSON renders (a derived "
+                                     f"file was edited; card.md and card.html are rendered from card.json)")]
 
 
 def _same(a: Any, b: Any) -> bool:

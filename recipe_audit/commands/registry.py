@@ -59,24 +59,38 @@ def register(subparsers) -> dict:
     a.add_argument("--json", action="store_true", help="print one JSON object")
     _uri_option(a)
 
-    g = subparsers.add_parser("gate", help="release gate: exit 0 only for a release-supported card that verifies")
+    g = subparsers.add_parser(
+        "gate", help="release gate: exit 0 only when the store's evidence, recomputed under the gate's policy, is "
+                     "release-supported and the attached card covers it and verifies")
     g.add_argument("--model-name", required=True)
     which = g.add_mutually_exclusive_group(required=True)
     which.add_argument("--version", default=None)
     which.add_argument("--alias", default=None)
-    g.add_argument("--audit", default=None,
-                   help="audit set the release is judged on (default: the version's, when its cards are of one)")
-    g.add_argument("--tau", type=finite, default=None, help="release bar τ (default: every τ attached)")
+    g.add_argument("--policy", default=None, metavar="FILE",
+                   help="the release policy, a YAML file kept with the code under review (keys: tau, audit or "
+                        "metric, higher_is_better, max_eps, max_delta, family, pointwise, experiment, seed_key); "
+                        "the options below override it")
+    g.add_argument("--audit", default=None, help="audit set the release is judged on (the metric accuracy/AUDIT)")
+    g.add_argument("--metric", default=None, help="or the metric key itself (a metric of your own, e.g. val_acc)")
+    g.add_argument("--tau", type=finite, default=None, help="release bar τ (required here or in --policy)")
+    g.add_argument("--lower-is-better", dest="higher_is_better", action="store_const", const=False, default=None,
+                   help="the metric is a loss: a rerun fails when it is above τ (default: higher is better)")
     g.add_argument("--max-eps", type=finite, default=None, metavar="EPS",
-                   help="release policy: the largest ε a card may have (default: the registered model's tag "
-                        "recipe_audit.policy.max_eps, else 0.1)")
+                   help="the failure budget ε the gate decides at, 0.1 unless set here or in --policy; a card "
+                        "looser than it fails")
     g.add_argument("--max-delta", type=finite, default=None, metavar="DELTA",
-                   help="release policy: the largest δ a card may have (default: the registered model's tag "
-                        "recipe_audit.policy.max_delta, else 0.1)")
-    g.add_argument("--pointwise", action="store_true",
-                   help="decide on the pointwise verdict even when the card was computed over several recipe "
-                        "identities; right only for a recipe fixed before the sweep (by default the gate reads the "
-                        "family-wise verdict, which holds whichever recipe of the family was chosen)")
+                   help="the risk δ the gate decides at, 0.1 unless set here or in --policy; a card looser than it "
+                        "fails")
+    g.add_argument("--family", default=None, metavar="ID,ID,...",
+                   help="the recipe identities the release was chosen from (default: every recipe identity in the "
+                        "experiment)")
+    g.add_argument("--pointwise", action="store_const", const=True, default=None,
+                   help="decide on the pointwise verdict: right only for a recipe fixed before the sweep (by default "
+                        "the gate reads the family-wise verdict, which holds whichever recipe of the family was "
+                        "chosen)")
+    g.add_argument("--experiment", default=None,
+                   help="the experiment the reruns must be in (default: that of the version's source run)")
+    g.add_argument("--seed-key", default=None, help="where the seed is (default tags.recipe_audit.seed)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     _uri_option(g)
 
@@ -115,14 +129,25 @@ def cmd_attach(a: argparse.Namespace) -> int:
     return 0
 
 
+def gate_policy(a: argparse.Namespace):
+    """The gate's policy: its options over its policy file (``RegistryError`` for a bad one)."""
+    from recipe_audit.release.evidence import load_policy_file, make_policy
+
+    file = load_policy_file(a.policy) if a.policy else None
+    flags = {"tau": a.tau, "audit": a.audit, "metric": a.metric, "higher_is_better": a.higher_is_better,
+             "max_eps": a.max_eps, "max_delta": a.max_delta, "family": a.family, "pointwise": a.pointwise,
+             "experiment": a.experiment, "seed_key": a.seed_key}
+    return make_policy(flags, file, file_name=f"policy file {a.policy}")
+
+
 def cmd_gate(a: argparse.Namespace) -> int:
     from recipe_audit.release.registry import gate
 
     if a.audit is not None and not a.audit.strip():
         raise ValueError("--audit must name an audit set (e.g. calibration).")
+    policy = gate_policy(a)
     uri = _open(a.tracking_uri)
-    res = gate(uri, a.model_name, version=a.version, alias=a.alias, audit=a.audit, tau=a.tau,
-               max_eps=a.max_eps, max_delta=a.max_delta, pointwise=a.pointwise)
+    res = gate(uri, a.model_name, policy, version=a.version, alias=a.alias)
     if a.json:
         print(json.dumps(res.to_dict()))
     if res.passed:

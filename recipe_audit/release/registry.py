@@ -31,9 +31,11 @@ recomputed from the tracking store, :func:`check_card`); a failure while writing
 call wrote (the version it registered, the tags and description it changed, the card runs it
 logged): nothing is left half-attached.
 
-The gate passes a version only on cards computed within the release policy (:func:`release_policy`:
-the largest ε and δ a card may have, from flags, else the registered model's tags
-``recipe_audit.policy.max_eps`` / ``max_delta``, else 0.1 each).
+The gate (:func:`gate`) holds a version to its own release policy
+(:class:`recipe_audit.release.evidence.GatePolicy`: command-line options or a policy file kept with
+the code under review, never the card or tags the attacher can write), recomputes the card from the
+store's history over every rerun of the version's recipe, and passes only a card that covers
+exactly that evidence and verifies.
 """
 
 from __future__ import annotations
@@ -73,13 +75,9 @@ UNSUPPORTED = "unsupported"
 INSUFFICIENT = "insufficient-evidence"
 STALE = "card-does-not-verify"
 LOOSER_THAN_POLICY = "looser-than-policy"
-
-# the release policy: the loosest ε and δ a card may be computed at and still pass the gate
-DEFAULT_MAX_EPS = 0.10
-DEFAULT_MAX_DELTA = 0.10
-TAG_POLICY_MAX_EPS = keys.PREFIX + "policy.max_eps"  # tags on the registered model
-TAG_POLICY_MAX_DELTA = keys.PREFIX + "policy.max_delta"
-
+POLICY_MISMATCH = "not-the-policy"  # a card made for another τ, metric, direction, seed key or experiment
+HISTORY = "store-history"  # the store's history refuses: a rewritten result, another direction, no rerun
+PARTIAL = "card-does-not-cover"  # the card covers fewer reruns (or another family) than the store holds
 
 # ------------------------------------------------------------------------------------------
 # Selecting the card's cells for a version
@@ -496,206 +494,157 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
 
 
 @dataclass(frozen=True)
-class Policy:
-    """The release policy a gate applies: the largest ε and δ a card may be computed at, and
-    where each came from (``flag``, ``tag`` on the registered model, or ``default``)."""
-
-    max_eps: float = DEFAULT_MAX_EPS
-    max_delta: float = DEFAULT_MAX_DELTA
-    eps_from: str = "default"
-    delta_from: str = "default"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"max_eps": self.max_eps, "max_delta": self.max_delta, "max_eps_from": self.eps_from,
-                "max_delta_from": self.delta_from}
-
-
-def policy_value(name: str, value: Any, where: str) -> float:
-    """A policy bound, checked: ε in (0, 1), δ in (0, 0.5) (a one-sided bound at confidence
-    below one half is no upper bound). ``RegistryError`` (one sentence) otherwise."""
-    what = "ε" if name == "max_eps" else "δ"
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise RegistryError(f"The release policy's {name} ({where}) must be a number, not {value!r}.") from None
-    top = 1.0 if name == "max_eps" else 0.5
-    if not (math.isfinite(v) and 0 < v < top):
-        raise RegistryError(f"The release policy's {name} ({where}) must lie strictly between 0 and {top:g} "
-                            f"(the loosest {what} a card may have), not {value!r}.")
-    return v
-
-
-def release_policy(reg: ModelRegistry, model_name: str, max_eps: float | None = None,
-                   max_delta: float | None = None) -> Policy:
-    """The policy for ``model_name``: the flags when given, else the registered model's tags
-    ``recipe_audit.policy.max_eps`` / ``max_delta``, else 0.1 each."""
-    tags = dict(reg.model(model_name).tags or {})
-    out = {}
-    for name, flag, tag, default in (("max_eps", max_eps, TAG_POLICY_MAX_EPS, DEFAULT_MAX_EPS),
-                                     ("max_delta", max_delta, TAG_POLICY_MAX_DELTA, DEFAULT_MAX_DELTA)):
-        if flag is not None:
-            out[name] = (policy_value(name, flag, f"--{name.replace('_', '-')}"), "flag")
-        elif tag in tags:
-            out[name] = (policy_value(name, tags[tag], f"tag {tag} of model '{model_name}'"), "tag")
-        else:
-            out[name] = (default, "default")
-    return Policy(out["max_eps"][0], out["max_delta"][0], out["max_eps"][1], out["max_delta"][1])
-
-
-@dataclass(frozen=True)
 class GateResult:
     passed: bool
-    outcome: str  # PASS, NO_CARD, REFUSED_SHIFT, UNSUPPORTED, INSUFFICIENT, LOOSER_THAN_POLICY, STALE
+    outcome: str  # PASS, NO_CARD, REFUSED_SHIFT, UNSUPPORTED, INSUFFICIENT, LOOSER_THAN_POLICY, STALE, ...
     message: str  # one sentence
     model_name: str
     version: str
     audit_set: str
     tau: float | None
-    cards: tuple[dict[str, str], ...] = field(default=())
+    cards: tuple[dict[str, Any], ...] = field(default=())
     verification: tuple[dict[str, Any], ...] = field(default=())
-    policy: Policy | None = None
+    policy: Any = None  # the gate's policy (release.evidence.GatePolicy)
+    evidence: dict[str, Any] | None = None  # what the gate recomputed, and over what
 
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "outcome": self.outcome, "message": self.message,
                 "model_name": self.model_name, "version": self.version, "audit_set": self.audit_set,
                 "tau": self.tau, "cards": list(self.cards), "verification": list(self.verification),
-                "policy": None if self.policy is None else self.policy.to_dict()}
+                "policy": None if self.policy is None else self.policy.to_dict(), "evidence": self.evidence}
 
 
-def gate(tracking_uri: str, model_name: str, *, version: str | None = None, alias: str | None = None,
-         audit: str | None = None, tau: float | None = None, max_eps: float | None = None,
-         max_delta: float | None = None, pointwise: bool = False) -> GateResult:
-    """Whether version ``version`` (or the one ``alias`` names) of ``model_name`` may be released on
-    audit set ``audit`` at ``tau`` (default: every τ attached for that audit set): passes only when
-    each such card is ``release-supported``, was computed at an ε and δ within the release policy
-    (:func:`release_policy`), its tags match the card they point to, and that card (its JSON, its
-    Markdown and plots) still verifies against the tracking store. Without ``audit``, the audit set
-    of the version's cards when they are of one. Bad input (an unknown model, version or alias, a
-    bad policy value, no ``audit`` for a version with cards of several audit sets) raises
-    ``RegistryError``.
+def _card_uris(tags: dict[str, str], stem: str) -> list[str]:
+    """The card URIs on a version's tags (``<stem>.card_uri``): those of ``stem`` first."""
+    found = [(not k.startswith(stem + "."), v) for k, v in sorted(tags.items())
+             if k.startswith(keys.CARD_TAG_PREFIX) and k.endswith(".card_uri") and v]
+    return list(dict.fromkeys(v for _, v in sorted(found, key=lambda t: t[0])))
 
-    A card computed over several recipe identities (a grid) carries the family the recipe was
-    chosen from: the gate decides on the family-wise verdict, which holds whichever recipe of the
-    family was shipped; ``pointwise=True`` reads the pointwise verdict instead, for a recipe that
-    was fixed before the sweep (the others were not candidates). A card whose family does not
-    include its own recipe raises ``RegistryError``."""
-    from recipe_audit.cards.model import CardError
+
+def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = None,
+         alias: str | None = None) -> GateResult:
+    """Whether version ``version`` (or the one ``alias`` names) of ``model_name`` may be released
+    under ``policy`` (:class:`recipe_audit.release.evidence.GatePolicy`: τ, the metric and its
+    direction, the largest ε and δ, the family; the gate's own, never read from the card or the
+    version's tags). Passes only when
+
+    - a card attached to the version holds the version's recipe on the policy's metric at its τ,
+      made the policy's way (direction, seed key, ε and δ no looser);
+    - the gate's own recomputation over every rerun of the recipe in the store (every sweep,
+      every attempt, deleted runs; :func:`recipe_audit.release.evidence.recompute`) is
+      release-supported, family-wise over every recipe identity of the experiment unless the
+      policy says pointwise;
+    - the attached card covers exactly those reruns, with the same failures and a family no smaller;
+    - and the card verifies: its digest over its JSON and files, its Markdown and HTML rendered
+      again from its JSON, its cells recomputed from the store.
+
+    Bad input (an unknown model, version or alias) raises ``RegistryError``."""
+    from recipe_audit.cards.model import CardError, audit_name
     from recipe_audit.cards.verify import cell_key
+    from recipe_audit.release import evidence as ev
     from recipe_audit.release.verify import verify_card
     from recipe_audit.store.card_files import read_card
 
     reg = ModelRegistry(tracking_uri)
     mv = reg.version(model_name, version=version, alias=alias)
-    policy = release_policy(reg, model_name, max_eps, max_delta)
     what = f"model '{model_name}' version {mv.version}" + (f" (alias '{alias}')" if alias else "")
-    cards = attached_cards(dict(mv.tags or {}), tracking_uri)
-    if audit is None:
-        audits = sorted({f["audit_set"] for f in cards.values()})
-        if len(audits) > 1:
-            raise RegistryError(f"{what[0].upper() + what[1:]} carries cards for several audit sets "
-                                f"({', '.join(audits)}); name the one to gate on with --audit.")
-        audit = audits[0] if audits else keys.DEFAULT_AUDIT
+    tau, metric, audit = policy.tau, policy.metric, policy.audit
+    at = f"audit set '{audit}' at τ = {tau:g}"
 
-    def result(passed, outcome, message, cards=(), ver=()):
+    def result(passed, outcome, message, cards=(), ver=(), evid=None):
         return GateResult(passed, outcome, message, model_name, str(mv.version), audit, tau, tuple(cards),
-                          tuple(ver), policy)
+                          tuple(ver), policy, None if evid is None else evid.to_dict())
 
-    if not cards:
+    tags = dict(mv.tags or {})
+    uris = _card_uris(tags, keys.card_tag_stem(audit, tau))
+    if not uris:
         return result(False, NO_CARD, f"{what} carries no recipe card; attach one with recipe-audit attach.")
-    for_audit = [f for f in cards.values() if f["audit_set"] == audit]
-    if not for_audit:
-        have = ", ".join(sorted({f["audit_set"] for f in cards.values()}))
+    # the version's recipe and experiment: its source run's, else the card's
+    run = reg.run_or_none(mv.run_id) if mv.run_id else None
+    run_recipe = run.data.tags.get(keys.TAG_RECIPE_ID) if run is not None else None
+    run_exp = None
+    if run is not None:
+        e = reg.experiment_by_id_or_none(run.info.experiment_id)
+        run_exp = e.name if e is not None else None
+    found = None
+    others: list[str] = []
+    audits_seen: set[str] = set()
+    for uri in uris:
+        try:
+            card = read_card(uri, tracking_uri)
+        except CardError as exc:
+            return result(False, STALE, f"The card of {what} at {uri} cannot be read: {str(exc).rstrip('.')}.")
+        cells = [e for e in card.doc["cells"] if e["metric"] == metric
+                 and math.isclose(float(e["tau"]), tau, rel_tol=0, abs_tol=1e-12)]
+        mine = [e for e in cells if run_recipe is None or e["recipe_id"] == run_recipe]
+        mine.sort(key=lambda e: bool(e["group"]))  # a cell without group values first
+        if mine:
+            found = (uri, card, mine[0])
+            break
+        others += [f"{e['metric']} at τ = {float(e['tau']):g}" for e in card.doc["cells"]]
+        audits_seen |= {e["metric"] for e in card.doc["cells"]}
+    if found is None and audits_seen and metric not in audits_seen:
+        have = ", ".join(sorted({audit_name(m) for m in audits_seen}))
         return result(False, REFUSED_SHIFT,
                       f"{what} has recipe cards for audit set(s) {have}, none for '{audit}': refused-shift (a card "
                       f"is valid only for the audit set it was computed on).")
-    if tau is not None:
-        at = [f for f in for_audit if math.isclose(float(f["tau"]), tau, rel_tol=0, abs_tol=1e-12)]
-        if not at:
-            have = ", ".join(f"{float(f['tau']):g}" for f in sorted(for_audit, key=lambda f: float(f["tau"])))
-            return result(False, NO_CARD, f"{what} has cards for audit set '{audit}' at τ = {have}, none at "
-                                          f"τ = {tau:g}.")
-        for_audit = at
-    for_audit.sort(key=lambda f: float(f["tau"]))
-    for f in for_audit:
-        if not pointwise and not family_includes(f):
-            raise RegistryError(f"The card of {what} on audit set '{audit}' at τ = {float(f['tau']):g} names a family "
-                                f"that does not include its own recipe {f.get('recipe_id')}: attach a card computed "
-                                f"with that recipe among the family.")
-    for f in for_audit:
-        m = int(f.get("family_size") or 1)
-        v = f["verdict"] if pointwise or m <= 1 else f.get("family_verdict") or f["verdict"]
-        at = f"audit set '{audit}' at τ = {float(f['tau']):g}"
-        if m > 1 and not pointwise:
-            at += f" (family-wise: the recipe was one of M = {m} identities; --pointwise reads {f['verdict']})"
-        if v != stats.SUPPORTED:
-            outcome = {stats.REFUSED_SHIFT: REFUSED_SHIFT, stats.INSUFFICIENT: INSUFFICIENT}.get(v, UNSUPPORTED)
-            return result(False, outcome, f"{what} is {v} on {at}: {f.get('reason', '').rstrip('.')}.", for_audit)
-    for f in for_audit:
-        at = f"audit set '{audit}' at τ = {float(f['tau']):g}"
-        loose = [f"{sym} = {float(f[name]):g} > {limit:g}" for name, sym, limit in
-                 (("eps", "ε", policy.max_eps), ("delta", "δ", policy.max_delta)) if float(f[name]) > limit]
-        if loose:
-            return result(False, LOOSER_THAN_POLICY,
-                          f"The card of {what} on {at} is looser than the release policy ({'; '.join(loose)}; "
-                          f"the policy allows ε <= {policy.max_eps:g} and δ <= {policy.max_delta:g}).", for_audit)
-    checks = []
-    for f in for_audit:
-        at = f"audit set '{audit}' at τ = {float(f['tau']):g}"
-        try:
-            card = read_card(f["card_uri"], tracking_uri)
-        except CardError as exc:
-            return result(False, STALE, f"The card of {what} on {at} cannot be read: {str(exc).rstrip('.')}.",
-                          for_audit)
-        doc = card.doc
-        entry = next((e for e in doc["cells"] if (e["audit_set"] or e["metric"]) == audit
-                      and math.isclose(e["tau"], float(f["tau"]), rel_tol=0, abs_tol=1e-12)), None)
-        mismatch = _tag_mismatch(f, entry, doc)
-        if mismatch:
-            return result(False, STALE, f"The card tags of {what} on {at} do not match the card they point to "
-                                        f"({mismatch}).", for_audit)
-        ver = verify_card(doc, tracking_uri, card)
-        checks.append({"card_uri": f["card_uri"], "cell": list(map(str, cell_key(entry))), **ver.to_dict()})
-        if not ver.ok:
-            first = ver.findings[0]
-            more = f" (and {len(ver.findings) - 1} more difference(s))" if len(ver.findings) > 1 else ""
-            return result(False, STALE, f"The card of {what} on {at} no longer matches the tracking store: "
-                                        f"{first.kind}: {first.message}{more}.", for_audit, checks)
-    taus = ", ".join(f"{float(f['tau']):g}" for f in for_audit)
-    f0 = for_audit[0]
-    m0 = int(f0.get("family_size") or 1)
-    if m0 > 1 and not pointwise and f0.get("family_upper_bound"):
-        return result(True, PASS, f"{what} is release-supported family-wise (chosen from M = {m0} recipe identities) "
-                                  f"on audit set '{audit}' at τ = {taus} ({f0['n_failures']}/{f0['n_reruns']} reruns "
-                                  f"failed, U at δ/M = {float(f0['family_upper_bound']):.3f} <= ε = {float(f0['eps']):g}, "
-                                  f"within the release policy), and its card verifies against the tracking store.",
-                      for_audit, checks)
-    return result(True, PASS, f"{what} is release-supported on audit set '{audit}' at τ = {taus} "
-                              f"({f0['n_failures']}/{f0['n_reruns']} reruns failed, U = {float(f0['upper_bound']):.3f} "
-                              f"<= ε = {float(f0['eps']):g}, within the release policy), and its card verifies "
-                              f"against the tracking store.", for_audit, checks)
-
-
-def _tag_mismatch(f: dict[str, str], entry: dict[str, Any] | None, doc: dict[str, Any]) -> str | None:
-    if entry is None:
-        return "the card holds no such cell"
-    checks = [("verdict", f["verdict"], entry["verdict"]), ("n_reruns", f["n_reruns"], str(entry["n_reruns"])),
-              ("n_failures", f.get("n_failures", ""), "" if entry["n_failures"] is None else str(entry["n_failures"])),
-              ("recipe_id", f.get("recipe_id", ""), str(entry["recipe_id"] or "")),
-              ("metric", f.get("metric", ""), entry["metric"]),
-              ("recipe", f.get("recipe", ""), entry.get("recipe_summary") or ""),
-              ("reruns_digest", f.get("reruns_digest"), entry["digest"]),
-              ("card_digest", f.get("card_digest"), doc["digest"])]
-    for name, tag, card in checks:
-        if tag != card:
-            return f"{name}: tag {tag!r}, card {card!r}"
-    if f.get("family_verdict") is not None:
-        fam = entry.get("family") or {}
-        card_fv = fam.get("verdict", entry["verdict"])
-        if f["family_verdict"] != card_fv or str(f.get("family_size") or "1") != str(fam.get("size", 1)):
-            return (f"family: tag {f.get('family_size')} / {f['family_verdict']!r}, card "
-                    f"{fam.get('size', 1)} / {card_fv!r}")
-    for name in ("upper_bound", "lower_bound", "eps", "delta", "tau"):
-        tag, card = f.get(name, ""), entry[name]
-        if (card is None) != (tag == "") or (card is not None and not math.isclose(float(tag), card, rel_tol=1e-12)):
-            return f"{name}: tag {tag!r}, card {card!r}"
-    return None
+    if found is None:
+        have = ", ".join(dict.fromkeys(others)) or "none"
+        return result(False, NO_CARD, f"{what} has no card of its recipe on {metric} at τ = {tau:g} (the release "
+                                      f"bar of the policy); its cards hold: {have[:300]}.")
+    card_uri, card, entry = found
+    doc = card.doc
+    recipe_id = run_recipe or entry["recipe_id"]
+    experiment = run_exp or doc["source"].get("experiment")
+    summary = [{"card_uri": card_uri, "recipe_id": recipe_id, "verdict": entry["verdict"],
+                "n_reruns": entry["n_reruns"], "n_failures": entry["n_failures"], "tau": entry["tau"],
+                "eps": entry["eps"], "delta": entry["delta"], "audit_set": entry["audit_set"] or entry["metric"]}]
+    if policy.experiment is not None and experiment != policy.experiment:
+        return result(False, POLICY_MISMATCH, f"The reruns of {what} are in experiment '{experiment}', not in "
+                                              f"'{policy.experiment}', the experiment the release policy names.",
+                      summary)
+    if doc["source"].get("experiment") != experiment:
+        return result(False, POLICY_MISMATCH, f"The card of {what} was computed in experiment "
+                                              f"'{doc['source'].get('experiment')}', not in '{experiment}', where "
+                                              f"the version's source run is.", summary)
+    mismatch = ev.card_policy_mismatch(doc, entry, policy)
+    if mismatch:
+        outcome = LOOSER_THAN_POLICY if mismatch.startswith("the card is looser") else POLICY_MISMATCH
+        return result(False, outcome, f"The card of {what} on {at} was not made for the release policy: "
+                                      f"{mismatch}.", summary)
+    evid = ev.recompute(tracking_uri, experiment, recipe_id, policy)
+    if evid.refusal or evid.entry is None:
+        return result(False, HISTORY, f"The gate refuses {what} on {at}: {evid.refusal or 'nothing to recompute'}.",
+                      summary, evid=evid)
+    verdict, m = ev.gate_verdict(evid.entry, policy.pointwise)
+    e = evid.entry
+    counts = f"{e['n_failures']}/{e['n_reruns']} failed"
+    if verdict != stats.SUPPORTED:
+        fam = f" family-wise among M = {m}" if m > 1 and not policy.pointwise else ""
+        failed = e.get("failed_seeds") or []
+        seeds = (f"; failing seeds: {', '.join(map(str, failed[:8]))}{' ...' if len(failed) > 8 else ''}"
+                 if failed else "")
+        counted = f"; counted failing from the history: {evid.counted_failing[0]}" if evid.counted_failing else ""
+        return result(False, ev.refusal_outcome(verdict),
+                      f"{what} is {verdict}{fam} on {at} ({counts}{seeds}; {evid.over()}){counted}.", summary, evid=evid)
+    card_m = int((entry.get("family") or {}).get("size") or 1)
+    cover = ev.coverage_mismatch(entry, e, card_m, m, policy.pointwise)
+    if cover:
+        return result(False, PARTIAL, f"The card of {what} on {at} does not cover what the store holds: {cover} "
+                                      f"({evid.over()}).", summary, evid=evid)
+    ver = verify_card(doc, tracking_uri, card)
+    checks = [{"card_uri": card_uri, "cell": list(map(str, cell_key(entry))), **ver.to_dict()}]
+    if not ver.ok:
+        first = ver.findings[0]
+        more = f" (and {len(ver.findings) - 1} more difference(s))" if len(ver.findings) > 1 else ""
+        return result(False, STALE, f"The card of {what} on {at} does not verify: {first.kind}: "
+                                    f"{first.message}{more}.", summary, checks, evid)
+    fam = e.get("family") or {}
+    if m > 1 and not policy.pointwise:
+        u = f"U at δ/M = {float(fam['upper_bound']):.3f}"
+        how = f"release-supported family-wise (chosen from M = {m} recipe identities)"
+    else:
+        u, how = f"U = {float(e['upper_bound']):.3f}", "release-supported"
+    return result(True, PASS, f"{what} is {how} on {at} ({counts}, {u} <= ε = {policy.max_eps:g} at δ = "
+                              f"{policy.max_delta:g}; {evid.over()}), and its card covers exactly those reruns and "
+                              f"verifies.", summary, checks, evid)

@@ -48,6 +48,7 @@ def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
     path = Path(text)
     own_place = False
     files: dict[str, str | None] = {}
+    contents: dict[str, bytes] = {}
     if not _is_uri(text) or text.startswith("file://"):
         if text.startswith("file://"):
             from urllib.parse import unquote, urlparse
@@ -61,6 +62,7 @@ def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
         for name in _manifest(raw):
             if (path.parent / name).is_file():
                 files[name] = file_sha256(path.parent / name)
+                contents[name] = (path.parent / name).read_bytes()
     else:
         try:
             with tempfile.TemporaryDirectory() as tmp:
@@ -71,7 +73,7 @@ def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
         except (artifacts.ArtifactError, OSError) as exc:
             first = first_line(exc, 300)
             raise CardError(f"Cannot read a card at {text}: {first}") from None
-        files = _remote_files(base, card_path.name, _manifest(raw), tracking_uri)
+        files = _remote_files(base, card_path.name, _manifest(raw), tracking_uri, contents)
         own_place = text.startswith("runs:/") and base.count("/") == 1  # runs:/<run id>: a card run's top
     try:
         doc = json.loads(raw.decode("utf-8"))
@@ -85,12 +87,14 @@ def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
         validate(doc)
     except RecursionError:
         raise CardError(f"{text} is not a recipe card (its JSON is nested too deeply to check).") from None
-    return CardFiles(doc, files, own_place)
+    return CardFiles(doc, files, own_place, contents)
 
 
-def _remote_files(base: str, card_name: str, names: Sequence[str], tracking_uri: str | None) -> dict[str, str | None]:
+def _remote_files(base: str, card_name: str, names: Sequence[str], tracking_uri: str | None,
+                  contents: dict[str, bytes]) -> dict[str, str | None]:
     """sha256 of each of ``names`` under the artifact URI ``base`` (absent when it cannot be read),
-    and None for every other file there (best effort: a store that cannot list shows none)."""
+    and None for every other file there (best effort: a store that cannot list shows none); the
+    bytes of each file read go into ``contents``."""
     listed = artifacts.list_files(base, tracking_uri)
     out: dict[str, str | None] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -102,6 +106,7 @@ def _remote_files(base: str, card_name: str, names: Sequence[str], tracking_uri:
             except artifacts.ArtifactError:
                 continue
             out[name] = file_sha256(local)
+            contents[name] = local.read_bytes()
     for name in sorted(listed or ()):
         if name != card_name and name not in out and not name.startswith("."):
             out[name] = None

@@ -222,7 +222,7 @@ def log_cell_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str, 
             raise
         out.append(LoggedCard(rid, digest))
         if tag_reruns:
-            tag_reruns_at_bars(client, entries)
+            tag_reruns_at_bars(client, entries, exp.experiment_id)
     return out
 
 
@@ -242,14 +242,32 @@ def rerun_bar_tags(entries: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     return out
 
 
-def tag_reruns_at_bars(client, entries: list[dict[str, Any]]) -> None:
+def tag_reruns_at_bars(client, entries: list[dict[str, Any]], experiment_id: str | None = None) -> None:
     """Tag each rerun of a logged card pass/fail at each τ of the card (:func:`rerun_bar_tags`), so
     a search such as ``tags.`recipe_audit.fails.accuracy/calibration.tau_0.8` = 'true'`` lists the
-    failures. Best effort: a rerun that cannot be tagged (deleted since) is skipped."""
-    from mlflow.entities import RunTag
+    failures. A rerun already recorded as failing a bar (by its sweep as it ended, or by an earlier
+    card) keeps that record: the release gate reads it as evidence, and a later card never clears
+    it. Best effort: a rerun that cannot be tagged (deleted since) is skipped."""
+    from mlflow.entities import RunTag, ViewType
 
-    for run_id, tags in rerun_bar_tags(entries).items():
+    wanted = rerun_bar_tags(entries)
+    recorded: dict[str, dict[str, str]] = {}
+    if experiment_id is not None:
+        ids = sorted(wanted)
+        for i in range(0, len(ids), 100):
+            chunk = ", ".join(f"'{r}'" for r in ids[i:i + 100])
+            try:
+                for run in client.search_runs([experiment_id], f"attributes.run_id IN ({chunk})",
+                                              run_view_type=ViewType.ALL, max_results=1000):
+                    recorded[run.info.run_id] = run.data.tags
+            except Exception:  # noqa: BLE001 - then every rerun is looked at on its own below
+                recorded.clear()
+                break
+    for run_id, tags in wanted.items():
         try:
-            client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+            have = recorded[run_id] if run_id in recorded else client.get_run(run_id).data.tags
+            write = {k: v for k, v in tags.items() if not (v == "false" and have.get(k) == "true")}
+            if write:
+                client.log_batch(run_id, tags=[RunTag(k, v) for k, v in write.items()])
         except Exception:  # noqa: BLE001 - the card run is written; a tag is a convenience
             continue

@@ -89,6 +89,9 @@ class ModelRegistry:
     def experiment_or_none(self, name: str):
         return self._or_none(self.client.get_experiment_by_name, name)
 
+    def experiment_by_id_or_none(self, experiment_id: str):
+        return self._or_none(self.client.get_experiment, experiment_id)
+
     def logged_model(self, run_id: str) -> tuple[str, str | None, Any]:
         """(source URI, logged model id or None, run) of the model a rerun logged (``tracking.log_model
         =true``): its MLflow 3 LoggedModel named ``model``, or an MLmodel in the run's artifacts."""

@@ -104,6 +104,19 @@ def test_the_digest_covers_every_field_and_file_of_the_card(store, tmp_path):
     shutil.rmtree(tmp_path / "out")
     shutil.copytree(backup, tmp_path / "out")
     assert findings() == []
+    # an edited Markdown or page with its hash put in the manifest and the digest resealed: the
+    # derived files are rendered again from the JSON and compared
+    for name in ("card.md", "card.html"):
+        f = tmp_path / "out" / name
+        f.write_text(f.read_text().replace("release-supported", "release-supported (approved by QA)"))
+        sealed = json.loads(files["json"].read_text())
+        files["json"].write_text(json.dumps(seal(sealed, {**sealed["artifacts"], name: file_sha256(f)},
+                                                 content_digest=sealed["content_digest"])))
+        assert findings() == [f"{name} differ(s) from what the card's JSON renders (a derived file was edited; "
+                              "card.md and card.html are rendered from card.json)"]
+        shutil.rmtree(tmp_path / "out")
+        shutil.copytree(backup, tmp_path / "out")
+    assert findings() == []
     # a field no number depends on: the recipe summary
     edited = json.loads(files["json"].read_text())
     edited["cells"][0]["recipe_summary"] = "a recipe that never collapses"

@@ -126,25 +126,31 @@ def test_gate_outcomes(attached, capsys):
     gate = ["gate", "--model-name", "clf", "--tracking-uri", uri]
     rc, out, _ = run_cli([*gate, "--alias", "candidate", "--audit", "calibration", "--tau", "0.7"], capsys)
     assert rc == 0 and "PASS" in out and "verifies" in out
-    for args, outcome in [(["--audit", "shift_x"], "unsupported"),  # a target audit the recipe fails
-                          (["--audit", "shift_people"], "refused-shift"),  # no card for that audit set
+    for args, outcome in [(["--audit", "shift_x", "--tau", "0.7"], "unsupported"),  # a target audit the recipe fails
+                          (["--audit", "shift_people", "--tau", "0.7"], "refused-shift"),  # no card for that audit
                           (["--audit", "calibration", "--tau", "0.9"], "no-card")]:
         rc, out, err = run_cli([*gate, "--version", "1", *args], capsys)
         assert rc == 1 and f"FAIL ({outcome})" in err and err.count("\n") == 1, (args, err)
-    rc, out, _ = run_cli([*gate, "--version", "1", "--audit", "calibration", "--json"], capsys)
-    assert rc == 0 and json.loads(out)["passed"] is True
-    assert json.loads(out)["policy"] == {"max_eps": 0.1, "max_delta": 0.1, "max_eps_from": "default",
-                                         "max_delta_from": "default"}
-    # cards of two audit sets and no --audit: one sentence asking for it, exit 2
-    rc, _, err = run_cli([*gate, "--version", "1"], capsys)
-    assert rc == 2 and "several audit sets (calibration, shift_x)" in err and "--audit" in err
-    assert err.count("\n") == 1
+    rc, out, _ = run_cli([*gate, "--version", "1", "--audit", "calibration", "--tau", "0.7", "--json"], capsys)
+    res = json.loads(out)
+    assert rc == 0 and res["passed"] is True
+    assert {k: res["policy"][k] for k in ("tau", "metric", "higher_is_better", "max_eps", "max_delta")} == {
+        "tau": 0.7, "metric": "accuracy/calibration", "higher_is_better": True, "max_eps": 0.1, "max_delta": 0.1}
+    assert res["policy"]["from"]["tau"] == "flag" and res["policy"]["from"]["max_eps"] == "default"
+    # what the gate recomputed over: every rerun of the recipe, in how many sweeps, deleted ones
+    assert (res["evidence"]["n_reruns"], res["evidence"]["n_failures"], res["evidence"]["n_deleted"]) == (29, 0, 0)
+    assert sorted(res["evidence"]["family"]) == sorted([GOOD, BAD])
+    # the bar and the metric are the gate's: without them, one sentence, exit 2 (the card's are not read)
+    for missing, needle in [(["--audit", "calibration"], "τ is the gate's to set"),
+                            (["--tau", "0.7"], "The metric the release is judged on is the gate's")]:
+        rc, _, err = run_cli([*gate, "--version", "1", *missing], capsys)
+        assert rc == 2 and needle in err and err.count("\n") == 1, err
     # a version without a card
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     v1 = client.get_model_version("clf", "1")
     with use_tracking_uri(uri):  # MLflow resolves a models:/ source with the global URI
         v2 = client.create_model_version("clf", v1.source, run_id=v1.run_id)
-    rc, _, err = run_cli([*gate, "--version", str(v2.version)], capsys)
+    rc, _, err = run_cli([*gate, "--version", str(v2.version), "--audit", "calibration", "--tau", "0.7"], capsys)
     assert rc == 1 and "FAIL (no-card)" in err and "carries no recipe card" in err
 
 
@@ -153,12 +159,13 @@ def test_gate_fails_when_the_store_changed(copy, capsys):
     assert _attach_from_run(uri, world, capsys)[0] == 0
     client = MlflowClient(tracking_uri=uri)
     client.log_batch(world.runs[("good", 7)], metrics=[Metric("accuracy/calibration", 0.4, 0, 99)])
-    rc, _, err = run_cli(["gate", "--model-name", "clf", "--version", "1", "--audit", "calibration",
+    rc, _, err = run_cli(["gate", "--model-name", "clf", "--version", "1", "--audit", "calibration", "--tau", "0.7",
                           "--tracking-uri", uri], capsys)
-    assert rc == 1 and "FAIL (card-does-not-verify)" in err and "metric-changed" in err and "seed 7" in err
+    # the gate's own recomputation counts the value the store holds now: seed 7 fails
+    assert rc == 1 and "FAIL (unsupported)" in err and "failing seeds: 7" in err and err.count("\n") == 1
 
 
-def test_gate_fails_when_tags_were_edited(copy, capsys):
+def test_edited_version_tags_do_not_change_the_gate(copy, capsys):
     world, uri, _ = copy
     assert _attach_from_run(uri, world, capsys)[0] == 0
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
@@ -166,7 +173,7 @@ def test_gate_fails_when_tags_were_edited(copy, capsys):
     client.set_model_version_tag("clf", "1", "recipe_audit.card.shift_x.tau_0.7.family_verdict", "release-supported")
     rc, _, err = run_cli(["gate", "--model-name", "clf", "--version", "1", "--audit", "shift_x",
                           "--tau", "0.7", "--tracking-uri", uri], capsys)
-    assert rc == 1 and "do not match the card" in err and "verdict" in err
+    assert rc == 1 and "FAIL (unsupported)" in err and "10/29 failed" in err, err
 
 
 def test_several_cards_from_several_attaches(copy, capsys):
@@ -201,9 +208,15 @@ def test_several_cards_from_several_attaches(copy, capsys):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["gate", "--model-name", "nope", "--version", "1"], "no registered model named 'nope'"),
-    (["gate", "--model-name", "clf", "--version", "9"], "has no version 9"),
-    (["gate", "--model-name", "clf", "--alias", "prod"], "has no alias 'prod'"),
+    (["gate", "--model-name", "nope", "--version", "1", "--audit", "calibration", "--tau", "0.7"],
+     "no registered model named 'nope'"),
+    (["gate", "--model-name", "clf", "--version", "9", "--audit", "calibration", "--tau", "0.7"], "has no version 9"),
+    (["gate", "--model-name", "clf", "--alias", "prod", "--audit", "calibration", "--tau", "0.7"],
+     "has no alias 'prod'"),
+    (["gate", "--model-name", "clf", "--version", "1", "--audit", "calibration", "--tau", "0.7", "--policy",
+      "notjson.txt"], "has unknown key(s) verdict"),
+    (["gate", "--model-name", "clf", "--version", "1", "--audit", "calibration", "--tau", "0.7", "--max-eps", "0.5",
+      "--max-delta", "0.5"], "max_delta (--max-delta) must lie strictly between 0 and 0.5"),
     (["attach", "--model-name", "clf", "--version", "9", "--card", "card.json"], "has no version 9"),
     (["attach", "--model-name", "clf", "--version", "1", "--card", "missing.json"], "no card file"),
     (["attach", "--model-name", "clf", "--version", "1", "--card", "notacard.json"], "is not a recipe card"),
@@ -217,7 +230,8 @@ def test_several_cards_from_several_attaches(copy, capsys):
     (["attach", "--model-name", "new", "--run-id", "BADRUN", "--card", "card.json"], "logged no model"),
     (["attach", "--model-name", "new", "--run-id", "0" * 32, "--card", "card.json"], "no run"),
     (["verify", "notacard.json"], "is not a recipe card"),
-    (["gate", "--model-name", "clf", "--version", "1", "--tracking-uri", "sqlite:////no/such/mlflow.db"],
+    (["gate", "--model-name", "clf", "--version", "1", "--audit", "calibration", "--tau", "0.7", "--tracking-uri",
+      "sqlite:////no/such/mlflow.db"],
      "no tracking store at"),
     (["verify", "runs:/" + "0" * 32 + "/card.json"], "Cannot read a card"),
 ])
@@ -347,11 +361,12 @@ def test_seed_shopping_does_not_pass_the_gate(copy, capsys):
     rc, out, err = run_cli(["attach", "--model-name", "shop", "--run-id", runs[0], "--card", "shop.json",
                             "--tracking-uri", uri], capsys)
     assert rc == 0, err
-    rc, _, err = run_cli(["gate", "--model-name", "shop", "--version", "1", "--tracking-uri", uri, "--pointwise"],
-                         capsys)
-    assert rc == 1 and "FAIL (unsupported)" in err and "1 of 25 reruns failed" in err and err.count("\n") == 1
+    gate = ["gate", "--model-name", "shop", "--version", "1", "--audit", "calibration", "--tau", "0.7",
+            "--tracking-uri", uri]
+    rc, _, err = run_cli([*gate, "--pointwise"], capsys)
+    assert rc == 1 and "FAIL (unsupported)" in err and "1/25 failed" in err and err.count("\n") == 1
     # by default the gate reads the family-wise verdict: the experiment holds M = 3 recipe identities
-    rc, _, err = run_cli(["gate", "--model-name", "shop", "--version", "1", "--tracking-uri", uri], capsys)
+    rc, _, err = run_cli(gate, capsys)
     assert rc == 1 and "FAIL (insufficient-evidence)" in err and "M = 3" in err and err.count("\n") == 1
 
 
@@ -366,7 +381,8 @@ def test_the_gate_refuses_a_card_looser_than_the_release_policy(copy, capsys):
     assert (e["n_reruns"], e["verdict"]) == (4, "release-supported")
     assert run_cli(["attach", "--model-name", "loose", "--run-id", runs[0], "--card", "loose.json",
                     "--tracking-uri", uri], capsys)[0] == 0
-    gate = ["gate", "--model-name", "loose", "--version", "1", "--tracking-uri", uri]
+    gate = ["gate", "--model-name", "loose", "--version", "1", "--audit", "calibration", "--tau", "0.7",
+            "--tracking-uri", uri]
     rc, _, err = run_cli(gate, capsys)
     assert rc == 1 and "FAIL (looser-than-policy)" in err and err.count("\n") == 1
     assert "ε = 0.5 > 0.1; δ = 0.45 > 0.1" in err
@@ -379,29 +395,23 @@ def test_the_gate_refuses_a_card_looser_than_the_release_policy(copy, capsys):
                         (["--max-eps", "abc"], "'abc' is not a number")]:
         rc, _, err = run_cli([*gate, *bad], capsys)
         assert rc == 2 and needle in err and err.count("\n") == 1, (bad, err)
+    # the registered model's tags (writable by whoever attaches) no longer loosen the policy
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    client.set_registered_model_tag("loose", registry.TAG_POLICY_MAX_EPS, "lots")
+    client.set_registered_model_tag("loose", "recipe_audit.policy.max_eps", "0.5")
+    client.set_registered_model_tag("loose", "recipe_audit.policy.max_delta", "0.45")
     rc, _, err = run_cli(gate, capsys)
-    assert rc == 2 and "tag recipe_audit.policy.max_eps of model 'loose'" in err and err.count("\n") == 1
-    # ε = 0.2, δ = 0.1 on the 29 GOOD reruns (release-supported): tags set the policy, flags win over tags
-    (e,) = _card_file(uri, tmp / "eps.json", GOOD, eps=0.2)["cells"]
-    assert e["verdict"] == "release-supported"
-    assert run_cli(["attach", "--model-name", "pol", "--run-id", world.runs[("good", 0)], "--card", "eps.json",
-                    "--tracking-uri", uri], capsys)[0] == 0
-    gate = ["gate", "--model-name", "pol", "--version", "1", "--tracking-uri", uri]
-    rc, _, err = run_cli(gate, capsys)
-    assert rc == 1 and "looser-than-policy" in err and "ε = 0.2 > 0.1" in err
-    client.set_registered_model_tag("pol", registry.TAG_POLICY_MAX_EPS, "0.2")
-    rc, out, _ = run_cli([*gate, "--json"], capsys)
-    assert rc == 0 and json.loads(out)["policy"]["max_eps"] == 0.2
-    assert json.loads(out)["policy"]["max_eps_from"] == "tag"
-    rc, _, err = run_cli([*gate, "--max-eps", "0.15"], capsys)
-    assert rc == 1 and "looser-than-policy" in err and "ε = 0.2 > 0.15" in err
-    client.set_registered_model_tag("pol", registry.TAG_POLICY_MAX_EPS, "0.05")
-    client.set_registered_model_tag("pol", registry.TAG_POLICY_MAX_DELTA, "0.2")
-    rc, out, _ = run_cli([*gate, "--max-eps", "0.25", "--json"], capsys)
-    assert rc == 0 and json.loads(out)["policy"] == {"max_eps": 0.25, "max_delta": 0.2, "max_eps_from": "flag",
-                                                     "max_delta_from": "tag"}
+    assert rc == 1 and "FAIL (looser-than-policy)" in err and "ε = 0.5 > 0.1" in err
+    # a policy file kept with the code: the same bar; the command line's options win over it
+    (tmp / "release_policy.yaml").write_text("audit: calibration\ntau: 0.7\nmax_eps: 0.5\nmax_delta: 0.45\n")
+    pol = ["gate", "--model-name", "loose", "--version", "1", "--policy", "release_policy.yaml", "--tracking-uri", uri]
+    rc, out, err = run_cli([*pol, "--json"], capsys)
+    assert rc == 0 and json.loads(out)["policy"]["from"]["max_eps"] == "policy file release_policy.yaml", err
+    rc, _, err = run_cli([*pol, "--max-eps", "0.2"], capsys)
+    assert rc == 1 and "looser-than-policy" in err and "ε = 0.5 > 0.2" in err
+    (tmp / "bad_policy.yaml").write_text("tau: 0.7\naudit: calibration\nmax_epsilon: 0.5\n")
+    rc, _, err = run_cli(["gate", "--model-name", "loose", "--version", "1", "--policy", "bad_policy.yaml",
+                          "--tracking-uri", uri], capsys)
+    assert rc == 2 and "unknown key(s) max_epsilon" in err and err.count("\n") == 1
 
 
 def test_attach_refuses_a_card_that_does_not_verify(copy, capsys):
@@ -446,8 +456,9 @@ def test_editing_a_card_in_the_artifact_store_fails_gate_and_verify(copy, capsys
     assert {"card.json", "card.md"} <= {p.name for p in where.iterdir()}
     backup = tmp / "backup"
     shutil.copytree(where, backup)
-    gate = ["gate", "--model-name", "clf", "--version", "1", "--tracking-uri", uri]
-    assert run_cli(gate, capsys)[0] == 0  # one audit set on the version: no --audit needed
+    gate = ["gate", "--model-name", "clf", "--version", "1", "--audit", "calibration", "--tau", "0.7",
+            "--tracking-uri", uri]
+    assert run_cli(gate, capsys)[0] == 0
 
     def edit(fn):
         fn()
@@ -462,6 +473,21 @@ def test_editing_a_card_in_the_artifact_store_fails_gate_and_verify(copy, capsys
     md = where / "card.md"
     err = edit(lambda: md.write_text(md.read_text() + "\nApproved.\n"))
     assert "hand-edited: card.md changed after the card was written" in err
+
+    def resealed(name, change):
+        """Edit a derived file, then put its hash in the manifest and reseal the digest."""
+        from recipe_audit.cards.digest import seal
+        from recipe_audit.cards.files import file_sha256
+
+        f = where / name
+        f.write_text(change(f.read_text()))
+        d = json.loads((where / "card.json").read_text())
+        seal(d, {**d["artifacts"], name: file_sha256(f)}, content_digest=d["content_digest"])
+        (where / "card.json").write_text(json.dumps(d))
+
+    for name in ("card.md", "card.html"):  # derived files are rendered again from card.json and compared
+        err = edit(lambda n=name: resealed(n, lambda t: t.replace("Recipe card", "Recipe card (signed off)")))
+        assert f"{name} differ(s) from what the card's JSON renders" in err, err
     png = next(p for p in where.iterdir() if p.suffix == ".png")
     assert png.name in edit(lambda: png.write_bytes(png.read_bytes()[:-8]))
     html = where / "card.html"  # the card with its plots embedded, covered by the digest like the rest
@@ -503,19 +529,16 @@ def test_a_card_of_the_users_own_metric_gates_without_audit(copy, capsys):
     assert rc == 0 and "val_acc τ = 0.7: release-supported" in out, err
     assert registry.attached_cards(client.get_model_version("byo-clf", "1").tags, uri)[
         "recipe_audit.card.val_acc.tau_0.7"]["audit_set"] == "val_acc"
-    rc, out, err = run_cli(["gate", "--model-name", "byo-clf", "--version", "1", "--tracking-uri", uri], capsys)
-    assert rc == 0 and "release-supported on audit set 'val_acc'" in out, err
+    rc, out, err = run_cli(["gate", "--model-name", "byo-clf", "--version", "1", "--metric", "val_acc", "--tau", "0.7",
+                            "--seed-key", "params.seed", "--tracking-uri", uri], capsys)
+    assert rc == 0 and "release-supported on audit set 'val_acc'" in out and "22 seeds" in out, err
 
 
 def test_attach_records_the_family_and_the_gate_reads_the_family_wise_verdict(copy, capsys):
     """The world's card covers two recipe identities: attach records the family on the version; the
-    gate passes GOOD on the family-wise verdict (29 clean reruns, the floor at δ/2). A card that
-    states a family of 10 (floor 44) is release-supported pointwise only: the gate refuses it by
-    default and passes it with --pointwise (a recipe fixed before the sweep)."""
-    from recipe_audit.cards.files import write_json
-    from recipe_audit.cards.model import CardOptions
-    from recipe_audit.release.compute import CardRequest, compute_cards
-
+    gate passes GOOD on the family-wise verdict (29 clean reruns, the floor at δ/2). The family is the
+    gate's: a policy that declares ten candidates (floor 44) refuses, --pointwise (a recipe fixed
+    before the sweep) passes."""
     world, uri, tmp = copy
     assert _attach_from_run(uri, world, capsys)[0] == 0
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
@@ -526,19 +549,15 @@ def test_attach_records_the_family_and_the_gate_reads_the_family_wise_verdict(co
     rc, out, err = run_cli(["gate", "--model-name", "clf", "--version", "1", "--audit", "calibration", "--tau",
                             "0.7", "--tracking-uri", uri], capsys)
     assert rc == 0 and "family-wise (chosen from M = 2 recipe identities)" in out, err
-    doc = compute_cards(CardRequest(experiment=EXP, tracking_uri=uri, recipe_id=GOOD),
-                        CardOptions(taus=(0.7,), family_size=10))
-    write_json(doc, tmp / "ten.json")
-    (e,) = doc["cells"]
-    assert e["verdict"] == "release-supported" and e["family"]["verdict"] == "insufficient-evidence"
-    assert run_cli(["attach", "--model-name", "ten", "--run-id", world.runs[("good", 0)], "--card", "ten.json",
-                    "--tracking-uri", uri], capsys)[0] == 0
-    gate = ["gate", "--model-name", "ten", "--version", "1", "--tracking-uri", uri]
-    rc, _, err = run_cli(gate, capsys)
+    # the family is the gate's: a policy that declares ten candidates (floor 44 at δ/10) refuses the 29
+    # clean reruns; --pointwise (a recipe fixed before the sweep) passes them
+    gate = ["gate", "--model-name", "clf", "--version", "1", "--audit", "calibration", "--tau", "0.7",
+            "--tracking-uri", uri]
+    ten = ",".join([GOOD, BAD] + [f"{i:016x}" for i in range(8)])
+    rc, _, err = run_cli([*gate, "--family", ten], capsys)
     assert rc == 1 and "FAIL (insufficient-evidence)" in err and "M = 10" in err and err.count("\n") == 1
     rc, out, err = run_cli([*gate, "--pointwise"], capsys)
     assert rc == 0 and "PASS" in out, err
-    # a family that does not include the recipe being gated: one sentence, exit 2
-    client.set_model_version_tag("ten", "1", stem + ".family_members", BAD)
-    rc, _, err = run_cli(gate, capsys)
-    assert rc == 2 and "does not include its own recipe" in err and err.count("\n") == 1
+    # a declared family without the version's recipe: refused
+    rc, _, err = run_cli([*gate, "--family", BAD], capsys)
+    assert rc == 1 and "FAIL (store-history)" in err and "not in the policy's declared family" in err

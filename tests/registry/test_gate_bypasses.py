@@ -1,0 +1,318 @@
+"""The release gate tried as a team member with the writer role would: each way a recipe with
+failing reruns was once got through ``recipe-audit gate`` (and variants), replayed in process on a
+SQLite store logged the way recipe_audit logs (``helpers.store.synthetic_sweep``: a sweep parent
+that records the metric's direction, reruns tagged pass/fail at the bar as they end, no training).
+Each attack ends with a card attached the way ``recipe-audit attach`` attaches it, and the gate,
+run with the CI's policy (audit set calibration, τ = 0.7, higher is better, ε = δ = 0.1), must
+refuse it. The first row is an honest recipe, which must pass: the harness can pass a card."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from helpers.store import synthetic_sweep
+from mlflow.tracking import MlflowClient
+
+from recipe_audit import keys
+from recipe_audit.cards.model import CardOptions
+from recipe_audit.release import registry
+from recipe_audit.release.compute import CardRequest, compute_card
+from recipe_audit.release.evidence import make_policy
+from recipe_audit.store.registry import RegistryError
+
+R, S, T = "a" * 16, "b" * 16, "c" * 16
+METRIC = keys.accuracy_key("calibration")
+FAILS = keys.fails_tag(METRIC, 0.7)
+CI = {"audit": "calibration", "tau": 0.7}  # the CI's policy; the rest at its defaults
+
+
+@pytest.fixture(scope="module")
+def _tables(tmp_path_factory):
+    """An empty store with MLflow's tables, made once (creating them takes seconds)."""
+    path = tmp_path_factory.mktemp("tables") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def store(store, _tables):
+    """The suite's fresh store (conftest), starting from a copy of the empty tables."""
+    import sqlite3
+    from pathlib import Path
+
+    with sqlite3.connect(_tables) as a, sqlite3.connect(Path(store.removeprefix("sqlite:///"))) as b:
+        a.backup(b)
+    a.close()
+    b.close()
+    return store
+
+
+def _values(n, bad=(), start=0, good=0.9, low=0.5):
+    return {s: (low if s in bad else good) for s in range(start, start + n)}
+
+
+def _sweep(uri, values, recipe=R, sweep_id="first", **kw):
+    synthetic_sweep(uri, values, recipe_id=recipe, sweep_id=sweep_id, bar_taus=(0.7,), **kw)
+    return _runs(uri, sweep_id)
+
+
+def _runs(uri, sweep_id):
+    """seed -> run id of one sweep's reruns."""
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("exp").experiment_id
+    found = client.search_runs([exp], f"tags.`{keys.TAG_SWEEP_ID}` = '{sweep_id}' and "
+                                      f"tags.`{keys.TAG_KIND}` = 'rerun'", max_results=1000)
+    return {int(r.data.tags[keys.TAG_SEED]): r.info.run_id for r in found}
+
+
+def _attach(uri, run_id, *, model="clf", **card):
+    """A card made with the attacker's options (``CardRequest`` fields and ``CardOptions`` fields),
+    attached to a new version of ``model`` registered from ``run_id``, as ``recipe-audit attach``
+    does (the card must verify against the store with its own options)."""
+    req = {k: card.pop(k) for k in ("sweep_id", "group_by", "planned_seeds", "recipe_id") if k in card}
+    opts = CardOptions.from_config(taus=[card.pop("tau", 0.7)], **card)
+    doc = compute_card(CardRequest(experiment="exp", tracking_uri=uri, **req), opts).to_json()
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    if not client.search_registered_models(f"name = '{model}'"):
+        client.create_registered_model(model)
+    mv = client.create_model_version(model, source=f"runs:/{run_id}/model", run_id=run_id)
+    registry.attach(uri, model, doc, version=str(mv.version))
+    return doc
+
+
+def _gate(uri, model="clf", **policy):
+    return registry.gate(uri, model, make_policy({**CI, **policy}), version="1")
+
+
+# ------------------------------------------------------------------------------------------
+# the attacks: each builds its store and attaches its card; returns the gate's policy overrides
+
+
+def honest(uri):
+    runs = _sweep(uri, _values(29))
+    _attach(uri, runs[0])
+    return {}
+
+
+def second_sweep_of_the_clean_one(uri):
+    """A second sweep of the same seeds, then ``card --sweep-id`` of the clean one (the first had 3/25)."""
+    _sweep(uri, _values(25, bad={2, 5, 9}), sweep_id="first")
+    clean = _sweep(uri, _values(25), sweep_id="second")
+    doc = _attach(uri, clean[0], sweep_id="second")
+    assert doc["cells"][0]["verdict"] == "release-supported"
+    return {}
+
+
+def second_sweep_of_new_seeds(uri):
+    """The variant with new seeds: the clean sweep alone is a strict subset of the reruns."""
+    _sweep(uri, _values(25, bad={2, 5, 9}), sweep_id="first")
+    clean = _sweep(uri, _values(25, start=25), sweep_id="second")
+    assert _attach(uri, clean[25], sweep_id="second")["cells"][0]["verdict"] == "release-supported"
+    return {}
+
+
+def best_sweep_makes_a_family_of_one(uri):
+    """One sweep per recipe and ``--sweep-id`` of the best: the card's family is M = 1."""
+    best = _sweep(uri, _values(29), recipe=R, sweep_id="r")
+    _sweep(uri, _values(29, bad={1, 2, 3, 4, 5}), recipe=S, sweep_id="s")
+    _sweep(uri, _values(29, bad=set(range(8))), recipe=T, sweep_id="t")
+    doc = _attach(uri, best[0], sweep_id="r")
+    assert doc["cells"][0]["verdict"] == "release-supported" and not doc["cells"][0].get("family")
+    return {}
+
+
+def group_by_the_fails_tag_and_plan_the_passing_seeds(uri):
+    """``--group-by`` the pass/fail tag with ``--planned-seeds`` the passing seeds: 9/59 becomes 0/50."""
+    bad = {3, 9, 14, 20, 27, 33, 41, 50, 57}
+    runs = _sweep(uri, _values(59, bad=bad))
+    good = tuple(s for s in range(59) if s not in bad)
+    doc = _attach(uri, runs[0], group_by=("tags." + FAILS,), planned_seeds=good)
+    cell = next(e for e in doc["cells"] if e["group"]["tags." + FAILS] == "false")
+    assert (cell["n_failures"], cell["n_reruns"], cell["verdict"]) == (0, 50, "release-supported")
+    return {}
+
+
+def lower_is_better_on_a_collapsed_recipe(uri):
+    """Every rerun collapsed to 0.5; the card reads accuracy as lower-is-better at τ = 0.7: 0/25."""
+    runs = _sweep(uri, _values(25, good=0.5))
+    assert _attach(uri, runs[0], higher_is_better=False)["cells"][0]["verdict"] == "release-supported"
+    return {}
+
+
+def lower_is_better_in_the_policy_too(uri):
+    """The same card with a gate told lower-is-better: the sweep recorded higher-is-better when it started."""
+    lower_is_better_on_a_collapsed_recipe(uri)
+    return {"higher_is_better": False}
+
+
+def card_at_another_tau(uri):
+    """A card attached at τ = 0.3 (every rerun 0.5: 0/25 there); the gate holds τ = 0.7."""
+    runs = _sweep(uri, _values(25, good=0.5))
+    assert _attach(uri, runs[0], tau=0.3)["cells"][0]["verdict"] == "release-supported"
+    return {}
+
+
+def loose_eps_delta_and_the_models_policy_tags(uri):
+    """ε = 0.5, δ = 0.49 on 4 reruns, and the registered model's own policy tags loosened to match."""
+    runs = _sweep(uri, _values(4))
+    assert _attach(uri, runs[0], eps=0.5, delta=0.49)["cells"][0]["verdict"] == "release-supported"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.set_registered_model_tag("clf", "recipe_audit.policy.max_eps", "0.5")
+    client.set_registered_model_tag("clf", "recipe_audit.policy.max_delta", "0.49")
+    return {}
+
+
+def failing_attempt_set_to_failed_then_rerun(uri):
+    """Seed 3 finished at 0.5; its status is set to FAILED and seed 3 is run again: 0/25 on the card."""
+    runs = _sweep(uri, _values(25, bad={3}))
+    MlflowClient(tracking_uri=uri).set_terminated(runs[3], "FAILED")
+    _sweep(uri, {3: 0.9}, sweep_id="retry", planned=[3])
+    assert _attach(uri, runs[0])["cells"][0]["n_failures"] == 0
+    return {}
+
+
+def failing_attempt_deleted_then_rerun(uri):
+    """``delete_run`` on the failing attempt, then seed 3 again: the card (active runs) says 0/25."""
+    runs = _sweep(uri, _values(25, bad={3}))
+    MlflowClient(tracking_uri=uri).delete_run(runs[3])
+    _sweep(uri, {3: 0.9}, sweep_id="retry", planned=[3])
+    assert _attach(uri, runs[0])["cells"][0]["n_failures"] == 0
+    return {}
+
+
+def failing_values_logged_over(uri):
+    """``log_metric`` 0.95 over the four failing reruns' metric after they ended, then a card: 0/25."""
+    runs = _sweep(uri, _values(25, bad={1, 6, 11, 16}))
+    client = MlflowClient(tracking_uri=uri)
+    time.sleep(2.1)  # past the clock tolerance of a run's own values
+    for s in (1, 6, 11, 16):
+        client.log_metric(runs[s], METRIC, 0.95)
+    assert _attach(uri, runs[0])["cells"][0]["n_failures"] == 0
+    return {}
+
+
+def failing_values_logged_over_backdated(uri):
+    """The same with values stamped before the runs ended, at a later step (MLflow's latest value)."""
+    runs = _sweep(uri, _values(25, bad={1, 6, 11, 16}))
+    client = MlflowClient(tracking_uri=uri)
+    for s in (1, 6, 11, 16):
+        client.log_metric(runs[s], METRIC, 0.95, timestamp=1, step=1)
+    assert _attach(uri, runs[0])["cells"][0]["n_failures"] == 0
+    return {}
+
+
+def failing_values_logged_over_and_status_failed(uri):
+    """Backdated values, the pass/fail tag left, the runs set to FAILED and their seeds run again."""
+    runs = _sweep(uri, _values(25, bad={1, 6}))
+    client = MlflowClient(tracking_uri=uri)
+    for s in (1, 6):
+        client.log_metric(runs[s], METRIC, 0.95, timestamp=1, step=1)
+        client.set_terminated(runs[s], "FAILED")
+    _sweep(uri, {1: 0.9, 6: 0.9}, sweep_id="retry", planned=[1, 6])
+    assert _attach(uri, runs[0])["cells"][0]["n_failures"] == 0
+    return {}
+
+
+def _artifact_dir(uri, run_id):
+    from pathlib import Path
+    from urllib.parse import unquote, urlparse
+
+    art = MlflowClient(tracking_uri=uri).get_run(run_id).info.artifact_uri
+    return Path(unquote(urlparse(art).path)) if art.startswith("file:") else Path(art)
+
+
+def _resealed(name):
+    def attack(uri):
+        """An honest card, then ``card.md`` (or ``card.html``) edited in the card run, its hash put
+        in the manifest, the digest resealed and the version's digest tag retagged."""
+        from recipe_audit.cards.digest import seal
+        from recipe_audit.cards.files import file_sha256
+
+        honest(uri)
+        client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        tags = client.get_model_version("clf", "1").tags
+        card_uri = next(v for k, v in tags.items() if k.endswith(".card_uri"))
+        where = _artifact_dir(uri, card_uri.split("/")[1])
+        f = where / name
+        f.write_text(f.read_text(encoding="utf-8").replace("Recipe card", "Recipe card (approved by QA)"),
+                     encoding="utf-8")
+        d = json.loads((where / "card.json").read_text())
+        seal(d, {**d["artifacts"], name: file_sha256(f)}, content_digest=d["content_digest"])
+        (where / "card.json").write_text(json.dumps(d))
+        for k in tags:
+            if k.endswith(".card_digest"):
+                client.set_model_version_tag("clf", "1", k, d["digest"])
+        return {}
+
+    attack.__name__ = f"resealed_{name.replace('.', '_')}"
+    return attack
+
+
+ATTACKS = [
+    # (attack, the gate's outcome, a phrase of its sentence)
+    (second_sweep_of_the_clean_one, "unsupported", "3/25 failed"),
+    pytest.param(second_sweep_of_new_seeds, "unsupported", "3/50 failed", marks=pytest.mark.slow),
+    (best_sweep_makes_a_family_of_one, "insufficient-evidence", "family of M = 3"),
+    (group_by_the_fails_tag_and_plan_the_passing_seeds, "unsupported", "9/59 failed"),
+    (lower_is_better_on_a_collapsed_recipe, "not-the-policy", "the card reads accuracy/calibration as lower-is-better"),
+    pytest.param(lower_is_better_in_the_policy_too, "store-history", "recorded when it started that its metric is higher", marks=pytest.mark.slow),
+    (card_at_another_tau, "no-card", "at τ = 0.7"),
+    (loose_eps_delta_and_the_models_policy_tags, "looser-than-policy", "ε = 0.5 > 0.1; δ = 0.49 > 0.1"),
+    (failing_attempt_set_to_failed_then_rerun, "unsupported", "seed 3: run"),
+    (failing_attempt_deleted_then_rerun, "unsupported", "1 deleted"),
+    (failing_values_logged_over, "store-history", "after the run ended"),
+    pytest.param(failing_values_logged_over_backdated, "unsupported", "was recorded failing τ = 0.7 when it ended", marks=pytest.mark.slow),
+    pytest.param(failing_values_logged_over_and_status_failed, "unsupported", "2/25 failed", marks=pytest.mark.slow),
+    (_resealed("card.md"), "card-does-not-verify", "card.md differ(s) from what the card's JSON renders"),
+    pytest.param(_resealed("card.html"), "card-does-not-verify", "card.html differ(s) from what the card's JSON renders",
+                 marks=pytest.mark.slow),
+]
+
+
+def test_an_honest_recipe_passes(store):
+    honest(store)
+    res = _gate(store)
+    assert res.passed and res.outcome == "pass", res.message
+    assert "29 seeds from 29 attempt(s) in 1 sweep(s), 0 deleted" in res.message
+
+
+def _name(a):
+    return (a.values if hasattr(a, "values") else a)[0].__name__
+
+
+@pytest.mark.parametrize("attack, outcome, needle", ATTACKS, ids=[_name(a) for a in ATTACKS])
+def test_the_gate_refuses(store, attack, outcome, needle):
+    policy = attack(store)
+    res = _gate(store, **policy)
+    assert not res.passed and res.outcome == outcome and needle in res.message, (res.outcome, res.message)
+    assert "\n" not in res.message
+
+
+@pytest.mark.slow
+def test_the_rewrite_is_named(store):
+    failing_values_logged_over(store)
+    res = _gate(store)
+    runs = _runs(store, "first")
+    assert any(runs[s] in res.message for s in (1, 6, 11, 16)) and "and 3 more" in res.message
+
+
+def test_the_bar_and_the_metric_are_the_gates(store):
+    """A gate that does not name τ or the metric refuses to guess it from the card."""
+    card_at_another_tau(store)
+    for missing, needle in [("tau", "τ is the gate's to set"), ("audit", "The metric the release is judged on")]:
+        policy = {k: v for k, v in CI.items() if k != missing}
+        with pytest.raises(RegistryError, match=needle):
+            make_policy(policy)
+
+
+@pytest.mark.slow
+def test_a_sweep_run_as_lower_is_better_is_held_to_the_policys_direction(store):
+    """A loss read as a loss from the start: the gate with the CI's higher-is-better policy refuses
+    the card; a CI whose policy says lower-is-better passes it (the direction agrees everywhere)."""
+    runs = _sweep(store, _values(29, good=0.2), higher_is_better=False)
+    _attach(store, runs[0], higher_is_better=False)
+    res = _gate(store)
+    assert res.outcome == "not-the-policy" and "lower-is-better" in res.message
+    assert _gate(store, higher_is_better=False).passed
