@@ -515,9 +515,17 @@ class GateResult:
 
 
 def _card_uris(tags: dict[str, str], stem: str) -> list[str]:
-    """The card URIs on a version's tags (``<stem>.card_uri``): those of ``stem`` first."""
-    found = [(not k.startswith(stem + "."), v) for k, v in sorted(tags.items())
-             if k.startswith(keys.CARD_TAG_PREFIX) and k.endswith(".card_uri") and v]
+    """The card URIs a version's tags name (``<stem>.card_uri`` = ``runs:/<id>/card.json``, or a
+    ``.card_run`` tag holding the card run's id): those of ``stem`` first. Only where the card is
+    is read from the tags; what the card says is read from the card itself."""
+    found = []
+    for k, v in sorted(tags.items()):
+        if not (k.startswith(keys.CARD_TAG_PREFIX) and v):
+            continue
+        if k.endswith(".card_uri"):
+            found.append((not k.startswith(stem + "."), v))
+        elif k.endswith(".card_run"):
+            found.append((not k.startswith(stem + "."), v if v.startswith("runs:/") else f"runs:/{v}/card.json"))
     return list(dict.fromkeys(v for _, v in sorted(found, key=lambda t: t[0])))
 
 
@@ -555,10 +563,6 @@ def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = No
         return GateResult(passed, outcome, message, model_name, str(mv.version), audit, tau, tuple(cards),
                           tuple(ver), policy, None if evid is None else evid.to_dict())
 
-    tags = dict(mv.tags or {})
-    uris = _card_uris(tags, keys.card_tag_stem(audit, tau))
-    if not uris:
-        return result(False, NO_CARD, f"{what} carries no recipe card; attach one with recipe-audit attach.")
     # the version's recipe and experiment: its source run's, else the card's
     run = reg.run_or_none(mv.run_id) if mv.run_id else None
     run_recipe = run.data.tags.get(keys.TAG_RECIPE_ID) if run is not None else None
@@ -566,6 +570,12 @@ def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = No
     if run is not None:
         e = reg.experiment_by_id_or_none(run.info.experiment_id)
         run_exp = e.name if e is not None else None
+    uris = _card_uris(dict(mv.tags or {}), keys.card_tag_stem(audit, tau))
+    if run is not None:  # the card runs attached to this version, whatever the version's tags say
+        uris = list(dict.fromkeys(uris + reg.attached_card_uris(run.info.experiment_id,
+                                                                f"{model_name}/{mv.version}")))
+    if not uris:
+        return result(False, NO_CARD, f"{what} carries no recipe card; attach one with recipe-audit attach.")
     found = None
     others: list[str] = []
     audits_seen: set[str] = set()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from recipe_audit import keys
 from recipe_audit.errors import first_line
 
 __all__ = ["MODEL_NAME", "ModelRegistry", "RegistryError"]
@@ -91,6 +92,21 @@ class ModelRegistry:
 
     def experiment_by_id_or_none(self, experiment_id: str):
         return self._or_none(self.client.get_experiment, experiment_id)
+
+    def attached_card_uris(self, experiment_id: str, attached_to: str) -> list[str]:
+        """``runs:/<id>/card.json`` of the finished card runs of an experiment tagged
+        ``recipe_audit.attached_to = attached_to`` (``<model>/<version>``), newest first."""
+        from mlflow.exceptions import MlflowException
+
+        tag = keys.PREFIX + "attached_to"
+        try:
+            runs = self.client.search_runs(
+                [experiment_id], f"tags.`{keys.TAG_KIND}` = '{keys.KIND_CARD}' and tags.`{tag}` = '{attached_to}' "
+                                 f"and attributes.status = 'FINISHED'", max_results=1000,
+                order_by=["attributes.start_time DESC"])
+        except MlflowException:
+            return []
+        return [f"runs:/{r.info.run_id}/card.json" for r in runs]
 
     def logged_model(self, run_id: str) -> tuple[str, str | None, Any]:
         """(source URI, logged model id or None, run) of the model a rerun logged (``tracking.log_model
