@@ -199,7 +199,8 @@ def test_a_killed_parallel_worker_is_recorded_and_the_sweep_goes_on_ci(store, tm
 
 FAULTS = [
     # a SQLite file cut short (a full disk, a copy interrupted): SQLAlchemy's traceback before
-    (["gate", "--model-name", "m", "--alias", "a", "--tracking-uri", "{truncated}"], 2,
+    (["gate", "--model-name", "m", "--alias", "a", "--audit", "calibration", "--tau", "0.7", "--tracking-uri",
+      "{truncated}"], 2,
      "the tracking store could not be read (database disk image is malformed)"),
     (["card", "--experiment-name", "exp", "--tracking-uri", "{truncated}"], 2, "database disk image is malformed"),
     # a card.json nested 100000 deep: RecursionError before

@@ -158,4 +158,4 @@ def read_history(tracking_uri: str, experiment: str, metric: str, *, seed_key: s
 def _while_open(info, m) -> bool:
     """Whether the metric value ``m`` was logged while its run was open (else it is a rewrite)."""
     ended = info.end_time if info.status not in ("RUNNING", "SCHEDULED") else None
-    return ended is None or m.timestamp <= ended + REWRITE_TOLERANCE_MS
+    return ended is None or m.timestamp is None or m.timestamp <= ended + REWRITE_TOLERANCE_MS
