@@ -119,3 +119,30 @@ def test_card_of_an_open_ended_sweep_is_an_anytime_card_ci(tmp_path, store):
         compute_cards(CardRequest(experiment="exp", tracking_uri=store), CardOptions(taus=(0.7,)))
     both = compute_cards(CardRequest(experiment="exp", tracking_uri=store), CardOptions(taus=(0.7,), anytime=True))
     assert {x["reading"] for x in both["cells"]} == {"anytime"} and both["cells"][0]["family"]["size"] == 2
+
+
+@pytest.mark.parametrize("options, needle", [
+    (["hydra.sweeper.stop_on=anytime"], "needs a maximum: set hydra.sweeper.max_reruns"),
+    (["hydra.sweeper.stop_on=anytime", "hydra.sweeper.max_reruns=0"], "max_reruns must be a positive integer"),
+    (["hydra.sweeper.batch_size=0"], "batch_size must be a positive integer, not 0"),
+    (["hydra.sweeper.stop_on=never"], "stop_on must be 'decision', 'verdict' or 'anytime'"),
+    (["hydra.sweeper.max_reruns=10"], "max_reruns belongs to an open-ended sweep"),
+    (["hydra.sweeper.stop_on=anytime", "hydra.sweeper.max_reruns=10"], "the seed sweep names only 4"),
+])
+def test_an_option_error_writes_nothing(tmp_path, store, options, needle):
+    """Refused where the multirun starts, before the store holds a run of it (a FAILED sweep run
+    was left behind when the sweeper itself refused, after the callback had recorded the sweep)."""
+    from helpers.app import SMALL
+    from helpers.inprocess import run_module_here
+    from mlflow.tracking import MlflowClient
+
+    proc = run_module_here(["-m", "hydra/sweeper=curtail", "seed=range(4)", *options, *SMALL,
+                            f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("recipe_audit: error")]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    client = MlflowClient(store)
+    exps = client.search_experiments()
+    assert [r for e in exps for r in client.search_runs([e.experiment_id])] == []
+    assert not (tmp_path / "sweep" / "recipe_audit_sweep.json").exists()

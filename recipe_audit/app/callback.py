@@ -219,13 +219,17 @@ class RecipeAuditCallback(Callback):
     # -- the multirun ------------------------------------------------------------------------------
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from hydra.errors import HydraException
+
+        from recipe_audit.app.sweepers import check_sweeper_config
         from recipe_audit.store import tracking
 
         try:
             self._check(config)
             seeds = planned_seeds(config, self.seed_key)
+            check_sweeper_config(config, len(seeds))  # before the store holds anything of this sweep
             store = self._open_store(config)
-        except OptionError as exc:
+        except (OptionError, HydraException) as exc:
             _stop(str(exc))
         sweep_dir = Path(str(config.hydra.sweep.dir))
         overrides = [str(o) for o in config.hydra.overrides.task]

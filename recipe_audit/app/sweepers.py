@@ -61,6 +61,40 @@ log = logging.getLogger("recipe_audit")
 RECORD_VERSION = 1
 
 
+def check_curtail_options(batch_size: Any, stop_on: Any, max_reruns: Any, n_seeds: int | None = None) -> None:
+    """The curtailing sweeper's options, checked (one sentence, ``HydraException``); ``n_seeds``:
+    the seeds the sweep names, checked against ``max_reruns`` when given."""
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise HydraException(f"hydra.sweeper.batch_size must be a positive integer, not {batch_size!r}.")
+    if stop_on not in ("decision", "verdict", "anytime"):
+        raise HydraException(f"hydra.sweeper.stop_on must be 'decision', 'verdict' or 'anytime', not {stop_on!r}.")
+    if stop_on == "anytime" and max_reruns is None:
+        raise HydraException("An open-ended sweep (hydra.sweeper.stop_on=anytime) needs a maximum: set "
+                             "hydra.sweeper.max_reruns.")
+    if max_reruns is not None and stop_on != "anytime":
+        raise HydraException(f"hydra.sweeper.max_reruns belongs to an open-ended sweep (stop_on=anytime); with "
+                             f"stop_on={stop_on} the seed sweep plans N, and a card cannot mix a planned N "
+                             f"with an open-ended one.")
+    if max_reruns is not None and (not isinstance(max_reruns, int) or isinstance(max_reruns, bool)
+                                   or max_reruns < 1):
+        raise HydraException(f"hydra.sweeper.max_reruns must be a positive integer, not {max_reruns!r}.")
+    if max_reruns is not None and n_seeds is not None and n_seeds < max_reruns:
+        raise HydraException(
+            f"An open-ended sweep runs up to hydra.sweeper.max_reruns={max_reruns} seeds, but the seed "
+            f"sweep names only {n_seeds}; sweep at least as many, e.g. 'seed=range({max_reruns})'.")
+
+
+def check_sweeper_config(config: DictConfig, n_seeds: int | None = None) -> None:
+    """The curtailing sweeper's options in a composed config (nothing for other sweepers), checked
+    where the multirun starts: Hydra makes the sweeper only after the callbacks' multirun start,
+    which records the sweep in the store, so an option error found by the sweeper itself left a
+    FAILED sweep run behind."""
+    sw = OmegaConf.select(config, "hydra.sweeper")
+    if sw is None or not str(sw.get("_target_", "")).endswith(".CurtailingSweeper"):
+        return
+    check_curtail_options(sw.get("batch_size", 4), sw.get("stop_on", "decision"), sw.get("max_reruns"), n_seeds)
+
+
 def _seed_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
@@ -185,20 +219,7 @@ class CurtailingSweeperBase(RecipeSweeperBase):
     def __init__(self, batch_size: int = 4, stop_on: str = "decision", params: dict[str, str] | None = None,
                  max_reruns: int | None = None):
         super().__init__(params)
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise HydraException(f"hydra.sweeper.batch_size must be a positive integer, not {batch_size!r}.")
-        if stop_on not in ("decision", "verdict", "anytime"):
-            raise HydraException(f"hydra.sweeper.stop_on must be 'decision', 'verdict' or 'anytime', not {stop_on!r}.")
-        if stop_on == "anytime" and max_reruns is None:
-            raise HydraException("An open-ended sweep (hydra.sweeper.stop_on=anytime) needs a maximum: set "
-                                 "hydra.sweeper.max_reruns.")
-        if max_reruns is not None and stop_on != "anytime":
-            raise HydraException(f"hydra.sweeper.max_reruns belongs to an open-ended sweep (stop_on=anytime); with "
-                                 f"stop_on={stop_on} the seed sweep plans N, and a card cannot mix a planned N "
-                                 f"with an open-ended one.")
-        if max_reruns is not None and (not isinstance(max_reruns, int) or isinstance(max_reruns, bool)
-                                       or max_reruns < 1):
-            raise HydraException(f"hydra.sweeper.max_reruns must be a positive integer, not {max_reruns!r}.")
+        check_curtail_options(batch_size, stop_on, max_reruns)
         self.batch_size = batch_size
         self.stop_on = stop_on
         self.max_reruns = max_reruns
