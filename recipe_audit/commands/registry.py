@@ -4,12 +4,13 @@ for CI, and checking a card against the tracking store.
     recipe-audit attach --model-name sentiment-clf --run-id RUN --card card.json --set-alias candidate
     recipe-audit attach --model-name sentiment-clf --version 3 --card runs:/CARD_RUN/card.json --audit shift_gadgets
     recipe-audit gate --model-name sentiment-clf --alias candidate --audit calibration --tau 0.7
+    recipe-audit gate --model-name sentiment-clf --alias candidate --policy release_policy.yaml
     recipe-audit verify card.json
 
 Exit status: 0 attached / gate passed / card verifies; 1 the gate refuses or the card does not
 verify (the reason on stderr, one sentence); 2 bad input (unknown model, version, alias or run, a
 file that is not a card, a card of another recipe, a card that does not verify given to attach, a
-bad release policy, no --audit for a version with cards of several audit sets), one sentence,
+bad release policy or policy file, a gate without its τ or its audit set / metric), one sentence,
 nothing written.
 """
 

@@ -184,14 +184,6 @@ def _family_fields(e: dict[str, Any], num) -> dict[str, str]:
             "family_members": members}
 
 
-def family_includes(f: dict[str, str]) -> bool:
-    """Whether an attached card's family includes the card's own recipe (a card attached before
-    families were recorded has no family: it is its own)."""
-    members = [m for m in (f.get("family_members") or "").split(",") if m and m != "..."]
-    rid = f.get("recipe_id") or ""
-    return not members or not rid or rid in members or (f.get("family_members") or "").endswith(",...")
-
-
 def attached_cards(tags: dict[str, str], tracking_uri: str | None = None) -> dict[str, dict[str, str]]:
     """The cards on a version, from its tags: card tag stem -> {field: value} (the fields of
     :data:`CARD_FIELDS`). A card whose tags say only where it is (its summary, ``card_uri``,
