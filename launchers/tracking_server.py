@@ -8,8 +8,8 @@ artifact root, MLflow's basic-auth app. Everything listens on 127.0.0.1 unless t
         python -m recipe_audit -m hydra/launcher=local_parallel threads=1 tracking.uri=http://127.0.0.1:5000
     python launchers/tracking_server.py stop --dir /srv/mlflow
 
-``start`` initialises a PostgreSQL cluster (initdb, run as the ``postgres`` user when started as
-root) on loopback, creates the databases ``mlflow`` (runs) and ``mlflow_auth`` (the auth app's
+``start`` initialises a PostgreSQL cluster in ``DIR/pg`` (initdb, run as the ``postgres`` user when
+started as root) on loopback, creates the databases ``mlflow`` (runs) and ``mlflow_auth`` (the auth app's
 users and permissions), writes the auth app's config (``DIR/basic_auth.ini``,
 ``default_permission = READ``) and starts ``mlflow server --app-name basic-auth`` with
 ``--artifacts-destination DIR/artifacts`` (clients upload and download artifacts through the
@@ -22,7 +22,9 @@ into a log. PostgreSQL listens on 127.0.0.1 and asks the ``mlflow`` role for its
 600), which the server finds through ``PGPASSFILE``: the backend store URI and the auth app's
 ``database_uri`` carry no password. The admin password reaches the server in its environment
 (``MLFLOW_AUTH_ADMIN_PASSWORD``), which only its user can read. Every file that holds a secret
-(``pgpass``, ``admin_password``, ``basic_auth.ini``, ``server.json``) is created mode 600.
+(``pgpass``, ``admin_password``, ``basic_auth.ini``, ``server.json``) is created mode 600, as is
+the server's log; ``DIR`` and ``DIR/artifacts`` are 0700 (as root, ``DIR`` is 0710 for the
+``postgres`` group, to reach ``DIR/pg``), and the server writes with umask 077.
 Needs PostgreSQL's server binaries (Debian: ``apt-get install postgresql``) and
 ``pip install 'recipe_audit[server]'`` (psycopg2).
 """
@@ -38,7 +40,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -115,9 +116,30 @@ def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen | None = None)
     raise SystemExit(f"tracking_server: {mask_credentials(url)} did not answer within {timeout_s:.0f} s.")
 
 
+def _private_dir(d: Path) -> None:
+    """DIR is its user's alone (0700); as root, the postgres group may pass through it (0710) to
+    reach the cluster under it, and list or read nothing."""
+    if os.geteuid() == 0:
+        shutil.chown(d, group="postgres")
+        os.chmod(d, 0o710)
+    else:
+        os.chmod(d, 0o700)
+
+
+def _pg_running(pgbin: Path, data: Path) -> bool:
+    """Whether the cluster in ``data`` has a server running (``pg_ctl status`` exits 0)."""
+    if not (data / "postmaster.pid").exists():
+        return False
+    cmd = [str(pgbin / "pg_ctl"), "-D", str(data), "status"]
+    if os.geteuid() == 0:
+        cmd = ["runuser", "-u", "postgres", "--", *cmd]
+    return subprocess.run(cmd, capture_output=True).returncode == 0
+
+
 def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: int = 2) -> dict:
     d = d.resolve()
     d.mkdir(parents=True, exist_ok=True)
+    _private_dir(d)
     state_file = d / "server.json"
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
     pw_file = d / "admin_password"
@@ -129,11 +151,20 @@ def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: in
     db_pw = _pgpass_password(pgpass) or state.get("db_password") or secrets.token_urlsafe(18)
     _write_pgpass(pgpass, pg_port, db_pw)
     pgbin = _pg_bin()
-    # the cluster lives where the postgres user can reach it (a pytest tmp dir is root-only)
-    pg_dir = Path(state.get("pg_dir") or tempfile.mkdtemp(prefix="recipe_audit_pg_"))
+    # the cluster lives under DIR (0700, its user's alone; as root, PostgreSQL's own user may pass
+    # through DIR to DIR/pg and nothing else); a DIR started by an older version keeps its cluster
+    pg_dir = Path(state.get("pg_dir") or d / "pg")
+    pg_dir.mkdir(mode=0o700, exist_ok=True)
     data, sock = pg_dir / "data", pg_dir / "sock"
     if os.geteuid() == 0:
         shutil.chown(pg_dir, "postgres", "postgres")
+        if subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(pg_dir)],
+                          capture_output=True).returncode != 0:
+            raise SystemExit(f"tracking_server: PostgreSQL runs as the postgres user, which cannot reach {pg_dir} "
+                             "(a folder above it is closed to other users); give a --dir it can reach, e.g. under /srv.")
+    if _pg_running(pgbin, data):
+        raise SystemExit(f"tracking_server: the PostgreSQL server of {d} is still running; stop it first "
+                         f"(python launchers/tracking_server.py stop --dir {d}).")
     if not (data / "PG_VERSION").exists():
         pwfile = pg_dir / "pw"
         _write_private(pwfile, db_pw)
@@ -164,18 +195,20 @@ def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: in
                    f"database_uri = postgresql+psycopg2://{PG_USER}@127.0.0.1:{pg_port}/mlflow_auth\n"
                    "admin_username = admin\n"
                    "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
-    (d / "artifacts").mkdir(exist_ok=True)
+    (d / "artifacts").mkdir(mode=0o700, exist_ok=True)
+    os.chmod(d / "artifacts", 0o700)  # only through the server, whose auth decides who reads what
     secret = state.get("flask_secret") or secrets.token_urlsafe(32)  # CSRF key of the auth app's forms
     env = {**os.environ, "MLFLOW_AUTH_CONFIG_PATH": str(d / "basic_auth.ini"), "MLFLOW_AUTH_ADMIN_PASSWORD": admin_pw,
            "MLFLOW_FLASK_SERVER_SECRET_KEY": os.environ.get("MLFLOW_FLASK_SERVER_SECRET_KEY", secret),
            "PGPASSFILE": str(pgpass)}
     env.pop("MLFLOW_TRACKING_URI", None)
-    log = open(d / "mlflow_server.log", "ab")
+    log = os.fdopen(os.open(d / "mlflow_server.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
                              "--artifacts-destination", str(d / "artifacts"), "--serve-artifacts",
                              "--app-name", "basic-auth", "--host", host, "--port", str(port),
                              "--workers", str(workers)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=d)
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=d,
+                            umask=0o077)  # artifacts and files it writes: 0600 in 0700 folders
     state = {"pid": proc.pid, "port": port, "pg_port": pg_port, "pg_dir": str(pg_dir), "pg_bin": str(pgbin),
              "flask_secret": secret, "uri": f"http://{host}:{port}"}
     _write_private(state_file, json.dumps(state))
@@ -218,11 +251,19 @@ def main(argv=None) -> int:
     ap.add_argument("--host", default="127.0.0.1", help="address the MLflow server listens on")
     ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args(argv)
-    if a.action == "start":
-        state = start(a.dir, a.port, a.pg_port, a.host, a.workers)
-        print(mask_credentials(state["uri"]))
-    else:
-        stop(a.dir)
+    try:
+        if a.action == "start":
+            state = start(a.dir, a.port, a.pg_port, a.host, a.workers)
+            print(mask_credentials(state["uri"]))
+        else:
+            stop(a.dir)
+    except subprocess.CalledProcessError as exc:  # a PostgreSQL tool refused: its own last line
+        said = (exc.stderr or exc.stdout or "").strip().splitlines()
+        tool = Path(str(exc.cmd[exc.cmd.index("--") + 1] if "--" in exc.cmd else exc.cmd[0])).name
+        raise SystemExit(f"tracking_server: {tool} failed (exit {exc.returncode})"
+                         + (f": {said[-1]}" if said else "") + ".") from None
+    except OSError as exc:
+        raise SystemExit(f"tracking_server: {exc.strerror or exc} ({exc.filename or a.dir}).") from None
     return 0
 
 

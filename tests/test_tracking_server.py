@@ -44,7 +44,13 @@ def server(tmp_path, monkeypatch):
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
     if os.geteuid() == 0 and not shutil.which("runuser"):
         pytest.skip("runuser is needed to run PostgreSQL as root")
-    d = tmp_path / "server"
+    # DIR holds the PostgreSQL cluster; as root, PostgreSQL runs as its own user, which must pass
+    # through the folders above DIR (a pytest tmp dir is root-only): a base it may traverse, not list
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="recipe_audit_server_"))
+    base.chmod(0o711)
+    d = base / "server"
     env = {**os.environ, "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PW}
     env.pop("MLFLOW_TRACKING_URI", None)
     port, pg_port = _free_port(), _free_port()
@@ -61,8 +67,7 @@ def server(tmp_path, monkeypatch):
         yield uri, d, start
     finally:
         procs.run([sys.executable, str(SCRIPT), "stop", "--dir", str(d)], timeout=120)
-        state = json.loads((d / "server.json").read_text())
-        shutil.rmtree(state["pg_dir"], ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _argvs() -> dict[int, str]:
@@ -118,8 +123,14 @@ def test_no_secret_in_argv_logs_or_readable_files(server, monkeypatch):
         text = log.read_text(errors="replace")
         assert [n for n, s in secrets.items() if s in text] == [], log
 
-    for name in SECRET_FILES:
+    for name in (*SECRET_FILES, "mlflow_server.log"):
         assert stat.S_IMODE((d / name).stat().st_mode) == 0o600, name
+    # the cluster lives under DIR, not in /tmp; DIR and the artifact root are closed to other users
+    # (as root, PostgreSQL's group may pass through DIR to its cluster, and read nothing there)
+    assert Path(state["pg_dir"]) == d / "pg" and (d / "pg" / "data" / "PG_VERSION").is_file()
+    assert stat.S_IMODE(d.stat().st_mode) == (0o710 if os.geteuid() == 0 else 0o700)
+    assert stat.S_IMODE((d / "artifacts").stat().st_mode) == 0o700
+    assert stat.S_IMODE((d / "pg").stat().st_mode) == 0o700
     # the PostgreSQL password is in the password file and nowhere else under DIR
     assert {p.name for p in d.rglob("*") if p.is_file() and db_pw in p.read_text(errors="replace")} == {"pgpass"}
     cfg = configparser.ConfigParser()
@@ -143,6 +154,28 @@ def test_no_secret_in_argv_logs_or_readable_files(server, monkeypatch):
         with pytest.raises(psycopg2.OperationalError):
             psycopg2.connect(host="127.0.0.1", port=state["pg_port"], user="mlflow", dbname="postgres",
                              connect_timeout=10, **kw).close()
+
+
+def test_start_with_its_postgresql_still_running_is_one_sentence(server):
+    """The MLflow server is gone, its PostgreSQL still runs: start refuses in one sentence (a
+    CalledProcessError traceback from pg_ctl before), and stop still stops it."""
+    import signal
+    import time
+
+    uri, d, _ = server
+    pid = json.loads((d / "server.json").read_text())["pid"]
+    os.killpg(pid, signal.SIGTERM)
+    for _ in range(120):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.25)
+    proc = procs.run([sys.executable, str(SCRIPT), "start", "--dir", str(d)], capture_output=True, text=True,
+                     timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == (f"tracking_server: the PostgreSQL server of {d} is still running; stop it first "
+                                   f"(python launchers/tracking_server.py stop --dir {d}).")
 
 
 def test_private_files_and_pgpass_roundtrip(tmp_path):
