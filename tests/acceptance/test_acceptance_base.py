@@ -11,7 +11,7 @@ import pytest
 
 from recipe_audit.acceptance import experiment as X
 
-# docs/acceptance_cards.md, "The base model": held-out accuracy of the default size's base model
+# docs/acceptance_cards.md, "The base model on other machines": held-out accuracy of the default base
 # (mcq, both framings), measured with bench/acceptance_base.py over base seeds, threads and kernels
 DOCUMENTED_HELDOUT = 0.92
 TOLERANCE = 0.04
