@@ -32,13 +32,24 @@ if TYPE_CHECKING:
 
     from recipe_audit.cards.document import RecipeCard
     from recipe_audit.release.registry import AttachResult, GateResult
+    from recipe_audit.stats.anytime import AnytimeBound
     from recipe_audit.stats.exact import TailBound
+    from recipe_audit.stats.family import FamilyMember
 
 __all__ = ["Card", "attach", "bound", "card", "card_from_runs", "gate", "verdict"]
 
 
 
-def bound(failures: int, reruns: int, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA) -> TailBound:
+def _budget(eps: Any, delta: Any, family_size: Any = None, anytime: Any = False) -> dict[str, Any]:
+    """ε, δ, M and the anytime reading through the one validator of every door (the same words as
+    ``recipe-audit bound``'s and the Hydra callback's)."""
+    from recipe_audit.stats.options import audit_options
+
+    return audit_options(eps=eps, delta=delta, family_size=family_size, anytime=anytime)
+
+
+def bound(failures: int, reruns: int, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, *,
+          family_size: int | None = None, anytime: bool = False) -> TailBound | FamilyMember | AnytimeBound:
     """The exact bounds on the probability that the next rerun fails, for ``failures`` (k)
     failed reruns out of ``reruns`` (N): the one-sided Clopper–Pearson upper bound ``upper`` (U)
     and lower bound ``lower`` (L) at confidence 1 − δ, the sample floor ``sample_floor`` (N_min,
@@ -52,10 +63,32 @@ def bound(failures: int, reruns: int, eps: float = DEFAULT_EPS, delta: float = D
     'insufficient-evidence'
     >>> bound(6, 59).more_clean_reruns_needed     # clean reruns that would make it supported
     45
+
+    ``family_size=M`` (the recipe was chosen from M) or ``anytime=True`` (an open-ended sweep)
+    asks for that reading instead: its ``verdict``, ``upper``, ``lower`` and ``sample_floor`` are
+    the family-wise or anytime ones, the pointwise ones beside them as ``pointwise_verdict``,
+    ``pointwise_upper``, ... (``recipe-audit bound --family-size M`` / ``--anytime``). ``eps`` and
+    ``delta`` may be given as text (``"0.31381059609"``) to keep every decimal.
+
+    >>> b = bound(2, 59, family_size=10)
+    >>> b.verdict, b.pointwise_verdict
+    ('unsupported', 'release-supported')
     """
+    opts = _budget(eps, delta, family_size, anytime)
+    if opts["family_size"] is not None and opts["anytime"]:
+        raise ValueError("Give family_size or anytime, not both: a bound reads either a recipe chosen from a "
+                         "family or an open-ended sweep.")
+    if opts["family_size"] is not None:
+        from recipe_audit.stats.family import family_tail_bound
+
+        return family_tail_bound(failures, reruns, opts["eps"], opts["delta"], opts["family_size"])
+    if opts["anytime"]:
+        from recipe_audit.stats.anytime import anytime_bound
+
+        return anytime_bound(failures, reruns, opts["eps"], opts["delta"])
     from recipe_audit.stats.exact import tail_bound
 
-    return tail_bound(failures, reruns, eps, delta)
+    return tail_bound(failures, reruns, opts["eps"], opts["delta"])
 
 
 def verdict(failures: int, reruns: int, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA) -> str:
@@ -68,7 +101,8 @@ def verdict(failures: int, reruns: int, eps: float = DEFAULT_EPS, delta: float =
     """
     from recipe_audit.stats.exact import verdict as _verdict
 
-    return _verdict(failures, reruns, eps, delta)
+    opts = _budget(eps, delta)
+    return _verdict(failures, reruns, opts["eps"], opts["delta"])
 
 
 @dataclass(frozen=True)
@@ -147,25 +181,33 @@ class Card:
         return render_files(self.card, Path(directory))
 
 
-def _options(taus: float | Sequence[float], eps: float, delta: float, higher_is_better: bool, unfinished: str):
+def _options(taus: float | Sequence[float], eps: float, delta: float, higher_is_better: bool, unfinished: str,
+             metric: str, family_size: int | None = None, anytime: bool = False):
+    """The card's options through the one validator every door uses (recipe_audit.stats.options)."""
     from recipe_audit.cards.model import CardOptions
 
     return CardOptions.from_config(taus=taus, eps=eps, delta=delta, higher_is_better=higher_is_better,
-                                   unfinished=unfinished)
+                                   unfinished=unfinished, family_size=family_size, anytime=anytime,
+                                   metrics=[metric])
 
 
 def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[float] = DEFAULT_TAUS,
          eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, tracking_uri: str | None = None,
          seed_key: str | None = None, group_by: Sequence[str] = (), higher_is_better: bool = True,
          unfinished: str = "fail", recipe_id: str | None = None, sweep_id: str | None = None,
-         planned_seeds: Sequence[int] | None = None) -> Card:
+         planned_seeds: Sequence[int] | None = None, family_size: int | None = None,
+         anytime: bool = False) -> Card:
     """The recipe card of the reruns in MLflow experiment ``experiment`` (``recipe-audit card``,
     without writing or logging anything).
 
     ``metric`` defaults to recipe_audit's own ``accuracy/calibration``; ``seed_key`` to the
     ``recipe_audit.seed`` tag of its reruns. For runs your own code logged, name your keys
     MLflow-style: ``card("my-exp", "val_acc", seed_key="params.seed")``. ``tracking_uri``
-    defaults to ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``.
+    defaults to ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``. A metric, audit
+    set, seed key or group key that no run has is a ``ValueError`` naming what the runs do have,
+    as ``recipe-audit card`` says it; a τ beyond every value logged is allowed and noted (a
+    ``UserWarning``). ``family_size`` and ``anytime`` as ``recipe-audit card --family-size``
+    and ``--anytime``.
 
     >>> import tempfile, mlflow
     >>> tmp = tempfile.TemporaryDirectory()
@@ -183,17 +225,34 @@ def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[f
     (1, 30, 0.124, 'unsupported')
     >>> tmp.cleanup()
     """
+    import warnings
+
     from recipe_audit import keys
-    from recipe_audit.release.compute import CardRequest, compute_card
+    from recipe_audit.commands import card_input as check
+    from recipe_audit.release.compute import CardRequest, compute_card, read_card_runs
     from recipe_audit.store.tracking import resolve_tracking_uri
 
-    opts = _options(taus, eps, delta, higher_is_better, unfinished)
-    req = CardRequest(experiment=experiment, metric=metric or keys.DEFAULT_METRIC,
-                      tracking_uri=resolve_tracking_uri(tracking_uri),
+    if not isinstance(experiment, str) or not experiment.strip():
+        raise ValueError("experiment must name an MLflow experiment.")
+    if metric is not None and (not isinstance(metric, str) or not metric.strip()):
+        raise ValueError("metric must name a metric key.")
+    default_metric = metric is None  # as the command line without --metric: an audit set is asked for
+    metric = metric or keys.DEFAULT_METRIC
+    opts = _options(taus, eps, delta, higher_is_better, unfinished, metric, family_size, anytime)
+    uri = resolve_tracking_uri(tracking_uri)
+    check.tracking_uri(uri, will_log=False)
+    req = CardRequest(experiment=experiment, metric=metric, tracking_uri=uri,
                       seed_key=seed_key or "tags." + keys.TAG_SEED, group_by=tuple(group_by),
                       recipe_id=recipe_id, sweep_id=sweep_id,
                       planned_seeds=None if planned_seeds is None else tuple(planned_seeds))
-    return Card(compute_card(req, opts))
+    # what only the store knows, checked as the command line checks it: one read, then the card
+    frame = read_card_runs(req)
+    notes = check.store(uri, experiment, [metric], seed_key=req.seed_key, group_by=list(group_by),
+                        taus=opts.taus, higher_is_better=opts.higher_is_better,
+                        audits_named=default_metric, frame=frame)
+    for note in notes:
+        warnings.warn(note, UserWarning, stacklevel=2)
+    return Card(compute_card(req, opts, frame=frame))
 
 
 def _column(frame: pd.DataFrame, name: str, what: str, prefixes: Sequence[str]) -> str:
@@ -208,7 +267,8 @@ def _column(frame: pd.DataFrame, name: str, what: str, prefixes: Sequence[str]) 
 def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
                    taus: float | Sequence[float] = DEFAULT_TAUS, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA,
                    group_by: Sequence[str] = (), higher_is_better: bool = True, unfinished: str = "fail",
-                   planned_seeds: Sequence[int] | None = None) -> Card:
+                   planned_seeds: Sequence[int] | None = None, family_size: int | None = None,
+                   anytime: bool = False) -> Card:
     """The recipe card of a table of runs, one row per run: no tracking store needed.
 
     ``metric`` and ``seed`` name columns (``val_acc`` also finds ``metrics.val_acc``, ``seed``
@@ -263,7 +323,7 @@ def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
         f"logged[{name}]": ~np.isnan(values),
         **{g: runs[g].to_numpy(dtype=object) for g in groups},
     })
-    opts = _options(taus, eps, delta, higher_is_better, unfinished)
+    opts = _options(taus, eps, delta, higher_is_better, unfinished, name, family_size, anytime)
     sets = collect_reruns(frame, name, higher_is_better=higher_is_better, group_by=groups,
                           planned_seeds=None if planned_seeds is None else tuple(planned_seeds))
     cells = [cell_from_rerun_set(rs, "") for rs in sets]

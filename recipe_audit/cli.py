@@ -203,6 +203,11 @@ def cmd_bound(a: argparse.Namespace) -> int:
     return 0
 
 
+#: How ``recipe-audit card`` names each audit option in a sentence of the one validator.
+CLI_OPTION_NAMES = {"taus": "--tau", "eps": "--eps", "delta": "--delta", "family_size": "--family-size",
+                    "anytime": "--anytime", "unfinished": "--unfinished", "higher_is_better": "--lower-is-better"}
+
+
 def cmd_card(a: argparse.Namespace) -> int:
     from recipe_audit.commands import card_input as check
     from recipe_audit.store.tracking import resolve_tracking_uri
@@ -221,24 +226,25 @@ def cmd_card(a: argparse.Namespace) -> int:
     shift = a.all_audits or len(audits) > 1
     metrics = [keys.accuracy_key(x) for x in dict.fromkeys(audits)] if shift and audits else [metric]
     taus = tuple(a.tau or DEFAULT_TAUS)
-    check.taus_in_range(taus, metrics if not a.all_audits else [*metrics, keys.DEFAULT_METRIC],
-                        not a.lower_is_better)
-    check.budget(a.eps, a.delta)
+    from recipe_audit.cards.model import CardOptions
+
+    # the one validator of every door (recipe_audit.stats.options): ranges, τ for accuracies, the budget
+    opts = CardOptions.from_config(taus=taus, eps=a.eps, delta=a.delta,
+                                   higher_is_better=not a.lower_is_better, unfinished=a.unfinished,
+                                   bootstrap_B=a.bootstrap, bootstrap_seed=a.bootstrap_seed,
+                                   band_method=a.band_method, family_size=a.family_size, anytime=a.anytime,
+                                   metrics=metrics if not a.all_audits else [*metrics, keys.DEFAULT_METRIC],
+                                   name=CLI_OPTION_NAMES.get)
     planned = check.planned_seeds(a.planned_seeds)
     check.output_paths(a.json_path, a.out)
     uri = resolve_tracking_uri(a.tracking_uri)
     check.tracking_uri(uri, will_log=a.log_run)
 
     from recipe_audit.cards.files import render_files, write_json
-    from recipe_audit.cards.model import CardOptions
     from recipe_audit.cards.summary import print_card_summary
     from recipe_audit.release.compute import CardRequest, compute_card
     from recipe_audit.store.cards import log_cell_card_runs
 
-    opts = CardOptions.from_config(taus=taus, eps=a.eps, delta=a.delta,
-                                   higher_is_better=not a.lower_is_better, unfinished=a.unfinished,
-                                   bootstrap_B=a.bootstrap, bootstrap_seed=a.bootstrap_seed,
-                                   band_method=a.band_method, family_size=a.family_size, anytime=a.anytime)
     req = CardRequest(experiment=a.experiment_name, metric=metric, tracking_uri=uri, seed_key=a.seed_key,
                       group_by=tuple(a.group_by), recipe_id=a.recipe_id, sweep_id=a.sweep_id,
                       planned_seeds=planned)

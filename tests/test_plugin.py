@@ -237,7 +237,7 @@ def test_resume_in_the_directory_of_another_recipe_refuses_naming_both(tmp_path,
      "hydra.callbacks.recipe_audit.eps must lie strictly between 0 and 1"),
     (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.delta=0.5"],
      "hydra.callbacks.recipe_audit.delta must lie strictly between 0 and 0.5"),
-    (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.taus=[]"], "is empty"),
+    (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.taus=[]"], "hydra.callbacks.recipe_audit.taus must be finite numbers, at least one"),
     ([*PLUGIN, "seed=a,b"], "seed values must be integers"),
     (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.tracking_uri=http://u:secret@127.0.0.1:9"],
      "The MLflow tracking server at http://127.0.0.1:9 is not reachable"),  # the credentials in the environment

@@ -105,7 +105,7 @@ def test_tracking_uri_override_wins_over_environment(tmp_path, store, migrated_m
         (["seed=-1"], "seed must be a whole number from 0"),
         (["+recipe.lrr=0.001"], "recipe.lrr: no such option"),
         (["audit.primary=nope"], "audit.primary 'nope' is not an audit set"),
-        (["audit.taus=[1.5]"], "audit.taus are accuracy bars between 0 and 1"),
+        (["audit.taus=[1.5]"], "The release bar tau = 1.5 lies outside [0, 1], where the accuracy"),
     ],
 )
 def test_bad_input_is_one_sentence(tmp_path, store, args, needle):

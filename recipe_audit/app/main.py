@@ -90,14 +90,7 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
                                      "see python -m recipe_audit --cfg job for the options that exist.")
         if not 0 <= run_cfg.seed < 2**32:
             raise ConfigurationError(f"seed must be a whole number from 0 to 2**32 - 1, not {run_cfg.seed}.")
-        bad_taus = [t for t in run_cfg.audit.taus if not 0 <= t <= 1]
-        if bad_taus:
-            raise ConfigurationError(f"audit.taus are accuracy bars between 0 and 1; {bad_taus} is not.")
-        if run_cfg.audit.unfinished not in ("fail", "refuse"):
-            raise ConfigurationError("audit.unfinished must be 'fail' or 'refuse'.")
-        for name, value in (("audit.eps", run_cfg.audit.eps), ("audit.delta", run_cfg.audit.delta)):
-            if not 0 < value < 1:
-                raise ConfigurationError(f"{name} must lie strictly between 0 and 1, not {value}.")
+        _check_audit(run_cfg.audit)
     except ConfigurationError as exc:
         _fail(str(exc), exc)
 
@@ -156,6 +149,21 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
             _stop_if_store_gone(logger.store.uri, run_cfg.seed, exc)
             raise
     return {name: s.accuracy for name, s in result.audits.items()}
+
+
+def _check_audit(audit) -> None:
+    """The audit options through the one validator every door uses (recipe_audit.stats.options):
+    the same requirement in the same words as the command line, the Python API and the callback."""
+    from recipe_audit import keys
+    from recipe_audit.stats.errors import StatsInputError
+    from recipe_audit.stats.options import audit_options
+
+    try:
+        audit_options(taus=audit.taus, eps=audit.eps, delta=audit.delta, unfinished=audit.unfinished,
+                      higher_is_better=audit.higher_is_better, metrics=[keys.accuracy_key(audit.primary)],
+                      name=lambda option: f"audit.{option}")
+    except StatsInputError as exc:
+        raise ConfigurationError(str(exc)) from None
 
 
 def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:

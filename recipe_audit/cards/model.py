@@ -3,15 +3,18 @@ question (:class:`CardOptions`), frozen and typed, with the one error a card rai
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
 from recipe_audit import keys, stats
-from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
+from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
+from recipe_audit.stats.options import audit_options
+
+#: The options of a card that the one validator checks (recipe_audit.stats.options).
+AUDIT_OPTIONS = ("taus", "eps", "delta", "family_size", "anytime", "unfinished", "higher_is_better")
 
 SCHEMA_VERSION = "1.1"
 CARD_KIND = "recipe_card"
@@ -41,7 +44,8 @@ class CardOptions:
     anytime: bool = False  # read every cell as an open-ended sweep (the confidence sequence)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None = None, /, **options: Any) -> CardOptions:
+    def from_config(cls, config: Mapping[str, Any] | None = None, /, *, metrics: Sequence[str] = (),
+                    name: Callable[[str], str] | None = None, **options: Any) -> CardOptions:
         """The card options of an audit configuration, built the same way wherever a card is
         asked for: the built-in app's ``audit`` group, the callback's options, the command line's,
         the Python API's, or the ``options`` a card was computed with. Keys that are not card
@@ -52,38 +56,39 @@ class CardOptions:
         (0.7, 0.8)
         >>> CardOptions.from_config(taus=0.9).eps
         0.1
+        >>> CardOptions.from_config(taus=0.9, delta=0.7, name=lambda o: f"audit.{o}")
+        Traceback (most recent call last):
+        ...
+        recipe_audit.cards.model.CardError: audit.delta must lie strictly between 0 and 0.5 (one-sided bounds need delta < 0.5), not 0.7.
+
+        Every audit option is checked by the one validator every door uses
+        (:func:`recipe_audit.stats.options.audit_options`: the same requirement in the same words
+        at the command line, in Python and in Hydra); ``name(option)`` is how the caller's door
+        names an option in the sentence (``--eps``, ``audit.eps``), ``metrics`` the metrics the
+        card is asked on (τ must lie in [0, 1] for recipe_audit's accuracies).
         """
         merged = {**(config or {}), **options}
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in merged.items() if k in names and v is not None}
-        taus = kw.get("taus", DEFAULT_TAUS)
-        if isinstance(taus, (int, float, str)):
-            taus = (taus,)
         try:
-            kw["taus"] = tuple(float(t) for t in taus)
-        except (TypeError, ValueError):
-            raise CardError(f"The release bars tau must be numbers, not {taus!r}.") from None
+            checked = audit_options(**{k: kw[k] for k in AUDIT_OPTIONS if k in kw}, metrics=metrics, name=name)
+        except stats.StatsInputError as exc:
+            raise CardError(str(exc)) from None
+        kw.update({k: checked[k] for k in AUDIT_OPTIONS if k in kw or k == "taus"})
         return cls(**kw)
 
     def __post_init__(self) -> None:
-        if not self.taus:
-            raise CardError("Ask for at least one release bar tau.")
-        for t in self.taus:
-            if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
-                raise CardError(f"The release bar tau must be a finite number, not {t!r}.")
-        for name, v in (("eps", self.eps), ("delta", self.delta)):
-            if not isinstance(v, (int, float)) or not 0 < v < 1:
-                raise CardError(f"{name} must lie strictly between 0 and 1, not {v}.")
-        if self.unfinished not in ("fail", "refuse"):
-            raise CardError(f"unfinished must be 'fail' or 'refuse', not {self.unfinished!r}.")
+        try:  # the same validator as from_config (an option set directly is checked the same way)
+            audit_options(taus=self.taus, eps=self.eps, delta=self.delta, family_size=self.family_size,
+                          anytime=self.anytime, unfinished=self.unfinished,
+                          higher_is_better=self.higher_is_better, budget=False)
+        except stats.StatsInputError as exc:
+            raise CardError(str(exc)) from None
         if self.bootstrap_B < 1:
             raise CardError("The bootstrap needs at least one resample.")
         if self.band_method not in ("auto", *stats.BAND_METHODS):
             raise CardError(f"band_method must be one of auto, {', '.join(stats.BAND_METHODS)}, "
                             f"not {self.band_method!r}.")
-        if self.family_size is not None and (isinstance(self.family_size, bool) or
-                                             not isinstance(self.family_size, int) or self.family_size < 1):
-            raise CardError(f"The family size M must be a whole number of recipes, at least 1, not {self.family_size!r}.")
 
 
 @dataclass(frozen=True)

@@ -75,22 +75,18 @@ def is_accuracy(metric: str) -> bool:
 
 
 def taus_in_range(taus: Sequence[float], metrics: Sequence[str], higher_is_better: bool) -> None:
-    """Refuse a τ outside [0, 1] for an accuracy metric (it is no bar: see the module docstring)."""
-    for m in metrics:
-        if not is_accuracy(m):
-            continue
-        for t in taus:
-            if not 0.0 <= t <= 1.0:
-                side = "pass" if (t < 0) == higher_is_better else "fail"
-                raise ValueError(f"The release bar tau = {t:g} lies outside [0, 1], where the accuracy "
-                                 f"'{m}' lies, so every rerun would {side} it whatever it scored.")
+    """Refuse a τ outside [0, 1] for an accuracy metric (it is no bar: see the module docstring);
+    the check of the one validator every door uses (recipe_audit.stats.options)."""
+    from recipe_audit.stats.options import check_taus_for
+
+    check_taus_for(taus, metrics, higher_is_better)
 
 
-def budget(eps: float, delta: float) -> None:
+def budget(eps: float, delta: float, family_size: int | None = None, anytime: bool = False) -> None:
     """Refuse an ε so small that no count of reruns up to 10^15 could certify it."""
-    from recipe_audit.stats import exact
+    from recipe_audit.stats.options import check_budget
 
-    exact._check_budget(eps, delta)
+    check_budget(eps, delta, family_size, anytime)
 
 
 # ---------------------------------------------------------------------------------------------
