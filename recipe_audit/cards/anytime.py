@@ -7,8 +7,9 @@ valid at every number of reruns at once, so reading the card after every batch d
 promise. Such an entry is marked ``"reading": "anytime"``; its ``upper_bound``, ``lower_bound``,
 ``sample_floor`` (the anytime floor) and ``verdict`` are the sequence's, and an ``anytime`` object
 carries the looks the sweep took, the stopping rule, the method, and the fixed-N reading of the
-same counts for comparison (valid only for an N fixed before the sweep). A fixed-N card has no
-``reading`` field (or ``"fixed-n"``).
+same counts for comparison (valid only for an N fixed before the sweep), which is also the
+entry's ``pointwise`` object (with its reason). A fixed-N card has no ``reading`` field (or
+``"fixed-n"``).
 
 A card never mixes the two readings: a cell of an open-ended sweep beside cells read at a fixed N,
 or a curtailed sweep (which planned its N) read as open-ended, refuse with one sentence.
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from recipe_audit import stats
 from recipe_audit.cards.model import CardError
 from recipe_audit.stats.anytime import ANYTIME_METHOD, ANYTIME_RULE, anytime_bound
+from recipe_audit.stats.exact import shown_beside
 
 if TYPE_CHECKING:
     from recipe_audit.cards.document import RecipeCard
@@ -34,7 +36,8 @@ def _reason(ab, extra: str) -> str:
     v = ab.verdict
     if v == stats.SUPPORTED:
         core = (f"{ab.k} of {ab.n} reruns failed; the confidence sequence (valid however often the card was "
-                f"read) bounds the next rerun's failure probability by U_n = {ab.upper:.3f} ≤ ε = {ab.eps:g}.")
+                f"read) bounds the next rerun's failure probability by U_n = "
+                f"{shown_beside(ab.upper, ab.eps, False, digits=3, fixed=True)} ≤ ε = {ab.eps:g}.")
     elif v == stats.STRONG_UNSUPPORTED:
         core = (f"{ab.k} of {ab.n} reruns failed; even the confidence sequence's lower bound L_n = {ab.lower:.3f} "
                 f"exceeds ε = {ab.eps:g}: the recipe fails too often.")
@@ -42,7 +45,8 @@ def _reason(ab, extra: str) -> str:
         core = (f"{ab.n} reruns are fewer than the anytime floor {ab.sample_floor} for ε = {ab.eps:g}, "
                 f"δ = {ab.delta:g}: an open-ended sweep certifies nothing before it.")
     else:
-        core = (f"{ab.k} of {ab.n} reruns failed; the confidence sequence's U_n = {ab.upper:.3f} exceeds "
+        core = (f"{ab.k} of {ab.n} reruns failed; the confidence sequence's U_n = "
+                f"{shown_beside(ab.upper, ab.eps, True, digits=3, fixed=True)} exceeds "
                 f"ε = {ab.eps:g}.")
     return core + extra
 
@@ -105,7 +109,9 @@ def apply_anytime(entries: list[dict[str, Any]], cells: Sequence[Cell], opts) ->
                      f"{info.get('max_reruns')} reruns" + (f", and stopped: {info['stop_reason']}." if
                                                             info.get("stop_reason") else ".")) if info else ""
             e.update({
-                "reading": ANYTIME, "anytime": obj, "upper_bound": ab.upper, "lower_bound": ab.lower,
+                "reading": ANYTIME, "anytime": obj, "pointwise": {**obj["fixed_n"], "more_clean_reruns_needed":
+                                                                 e.get("more_clean_reruns_needed"),
+                                                                 "reason": e.get("reason")}, "upper_bound": ab.upper, "lower_bound": ab.lower,
                 "sample_floor": ab.sample_floor, "verdict": ab.verdict, "more_clean_reruns_needed": None,
                 "reason": _reason(ab, swept),
                 "rules": {**e["rules"], "card": ab.verdict == stats.SUPPORTED},

@@ -23,6 +23,7 @@ from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.family import apply_family
 from recipe_audit.cards.jsontext import json_number
 from recipe_audit.cards.model import CARD_KIND, SCHEMA_VERSION, CardError, CardOptions, Cell
+from recipe_audit.stats.exact import shown_beside
 
 
 def _seed_json(s: Any) -> Any:
@@ -106,20 +107,25 @@ def card_entry(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
     return base
 
 
+def _u(x: float, eps: float, above: bool) -> str:
+    """A bound to three decimals, more where three would read on the wrong side of ε."""
+    return shown_beside(x, eps, above, digits=3, fixed=True)
+
+
 def _reason(bound, cell: Cell, opts: CardOptions) -> str:
     k, n = bound.k, bound.n
     unf = f" ({len(cell.unfinished)} unfinished, counted as failures)" if cell.unfinished else ""
     if bound.verdict == stats.SUPPORTED:
         return (f"{k} of {n} reruns failed{unf}; with confidence {1 - opts.delta:.0%} the next rerun "
-                f"fails with probability at most {bound.upper:.3f} ≤ ε = {opts.eps:g}.")
+                f"fails with probability at most {_u(bound.upper, opts.eps, False)} ≤ ε = {opts.eps:g}.")
     if bound.verdict == stats.STRONG_UNSUPPORTED:
-        return (f"{k} of {n} reruns failed{unf}; even the lower bound {bound.lower:.3f} exceeds "
+        return (f"{k} of {n} reruns failed{unf}; even the lower bound {_u(bound.lower, opts.eps, True)} exceeds "
                 f"ε = {opts.eps:g}: the recipe fails too often.")
     if bound.verdict == stats.INSUFFICIENT:
         return (f"{n} reruns are fewer than the sample floor {bound.sample_floor} for ε = {opts.eps:g}, "
                 f"δ = {opts.delta:g}: nothing can be certified; at least "
                 f"{bound.more_clean_reruns_needed} more clean reruns are needed.")
-    return (f"{k} of {n} reruns failed{unf}; the upper bound {bound.upper:.3f} exceeds ε = {opts.eps:g}"
+    return (f"{k} of {n} reruns failed{unf}; the upper bound {_u(bound.upper, opts.eps, True)} exceeds ε = {opts.eps:g}"
             + (f"; {bound.more_clean_reruns_needed} more clean reruns would be needed." if
                bound.more_clean_reruns_needed else "."))
 

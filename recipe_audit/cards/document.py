@@ -389,12 +389,14 @@ class CardEntry(Record):
     reading: str | None = None
     anytime: AnytimeReading | None = typed(AnytimeReading)
     family: FamilyReading | None = typed(FamilyReading)
+    # the entry's own fixed-N reading when a family-wise (asked for) or anytime reading leads it
+    pointwise: Mapping[str, Any] | None = None
     key_order: tuple[str, ...] = _order()
     extra: Mapping[str, Any] = _extra()
 
     def __post_init__(self) -> None:
         if not self.key_order:  # every declared field is in the JSON: the sections that are absent too
-            absent = ("curtailment", "reading", "anytime", "family")
+            absent = ("curtailment", "reading", "anytime", "family", "pointwise")
             names = tuple(n for n in self._codec()[0] if n not in absent)
             object.__setattr__(self, "key_order", names + tuple(self.extra))
 

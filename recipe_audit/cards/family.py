@@ -118,7 +118,53 @@ def apply_family(entries: list[dict[str, Any]], eps: float, delta: float,
                             "upper_bound": ab.upper, "lower_bound": ab.lower, "sample_floor": ab.sample_floor,
                             "verdict": ab.verdict, "more_clean_reruns_needed": None})
             e["family"] = obj
+            if family_size is not None and mem is not None:  # asked for: the family-wise reading leads
+                lead_family(e, obj, eps)
     return largest
+
+
+#: The values of an entry that the reading asked for (family-wise, anytime) takes over; the
+#: pointwise ones move under ``pointwise``.
+LEAD_KEYS = ("upper_bound", "lower_bound", "sample_floor", "verdict", "more_clean_reruns_needed", "reason")
+
+
+def own_reading(e: Any) -> Any:
+    """The entry's own (pointwise) values: its ``pointwise`` object where a family-wise reading the
+    user asked for leads it, else the entry itself (a plain card, or an anytime one, leads with its
+    own reading)."""
+    return e["pointwise"] if e.get("family") and e.get("pointwise") else e
+
+
+def pointwise_of(e: dict[str, Any]) -> dict[str, Any]:
+    """The entry's own (pointwise, fixed-N) reading, before another one leads."""
+    return e.get("pointwise") or {k: e.get(k) for k in LEAD_KEYS}
+
+
+def lead_family(e: dict[str, Any], fam: dict[str, Any], eps: float) -> None:
+    """Put the family-wise reading at the top of entry ``e`` (a family the user stated, with
+    ``--family-size`` or ``family_size=``): ``verdict``, the bounds, the floor and the reason are the
+    family's; the pointwise ones are kept under ``pointwise``, named so."""
+    e["pointwise"] = pointwise_of(e)
+    v = fam["verdict"]
+    u, lo = fam["upper_bound"], fam["lower_bound"]
+    m, fd = fam["size"], fam["delta"]
+    k, n = e.get("n_failures"), e.get("n_reruns")
+    head = f"Chosen from a family of M = {m} recipe identities, each bounded at δ/M = {fd:.3g}: "
+    if v == exact.SUPPORTED:
+        why = (f"{k} of {n} reruns failed, U = {exact.shown_beside(u, eps, above=False)} ≤ ε = {eps:g}, "
+               "so the recipe is release-supported whichever of the family was chosen.")
+    elif v == exact.STRONG_UNSUPPORTED:
+        why = f"{k} of {n} reruns failed; even L = {exact.shown_beside(lo, eps, above=True)} exceeds ε = {eps:g}."
+    elif v == exact.INSUFFICIENT:
+        why = (f"{n} reruns are fewer than the family-wise floor {fam['sample_floor']}: a recipe chosen from "
+               f"{m} certifies nothing before it.")
+    else:
+        why = f"{k} of {n} reruns failed, U = {exact.shown_beside(u, eps, above=True)} > ε = {eps:g}."
+    e.update({"upper_bound": u, "lower_bound": lo, "sample_floor": fam["sample_floor"], "verdict": v,
+              "more_clean_reruns_needed": fam.get("more_clean_reruns_needed"),
+              "reason": head + why + f" The pointwise verdict, for a recipe fixed before the sweep: "
+                                     f"{e['pointwise']['verdict']}.",
+              "rules": {**e["rules"], "card": v == exact.SUPPORTED}})
 
 
 def lead_rows(doc: RecipeCard) -> list[list[str]]:
@@ -130,7 +176,8 @@ def lead_rows(doc: RecipeCard) -> list[list[str]]:
         if not f:
             continue
         k = "—" if e.n_failures is None else str(e.n_failures)
-        u = "—" if f.upper_bound is None or not math.isfinite(f.upper_bound) else f"{f.upper_bound:.3f}"
+        u = "—" if f.upper_bound is None or not math.isfinite(f.upper_bound) else \
+            exact.shown_beside(f.upper_bound, e.eps, above=f.verdict != exact.SUPPORTED, digits=3, fixed=True)
         rows.append([e.label, e.audit_set or e.metric, f"{e.tau:g}", f"{k}/{e.n_reruns}", u,
                      f.verdict, f.pointwise_verdict])
     return rows

@@ -11,6 +11,7 @@ import numpy as np
 
 from recipe_audit import stats
 from recipe_audit.cards.tables import md_table
+from recipe_audit.stats.exact import shown_beside
 
 if TYPE_CHECKING:
     from recipe_audit.cards.document import CardEntry, RecipeCard
@@ -37,13 +38,38 @@ def cell_groups(doc: RecipeCard) -> OrderedDict[tuple, list[CardEntry]]:
     return out
 
 
+def shown_u(upper: float | None, eps: float, verdict: str) -> str:
+    """U to three decimals beside its verdict, with more where three would read on the wrong side
+    of ε (``0.1004`` beside ``unsupported`` at ε = 0.1, not ``0.100``)."""
+    if upper is None:
+        return "—"
+    return shown_beside(upper, eps, above=verdict != stats.SUPPORTED, digits=3, fixed=True)
+
+
+def shown_l(lower: float | None, eps: float, verdict: str) -> str:
+    """L to three decimals beside its verdict (more where three would read on the wrong side of ε)."""
+    if lower is None:
+        return "—"
+    return shown_beside(lower, eps, above=verdict == stats.STRONG_UNSUPPORTED, digits=3, fixed=True)
+
+
+def pointwise_led(doc: RecipeCard) -> bool:
+    """Whether a family-wise reading the user asked for leads the entries (their pointwise values
+    then sit under ``pointwise``)."""
+    return any(e.family and e.pointwise for e in doc.cells)
+
+
 def verdict_table(doc: RecipeCard) -> list[list[str]]:
-    """Rows of the grid (cells × τ): cell, τ, failures/N, U, verdict, whether the mean rule ships."""
+    """Rows of the grid (cells × τ): cell, τ, failures/N, U, verdict, whether the mean rule ships.
+    The pointwise readings: an entry led by a family-wise reading shows its ``pointwise`` values
+    here (the family-wise ones have their own table above)."""
     rows = []
     for e in doc.cells:
         k = "—" if e.n_failures is None else str(e.n_failures)
+        pw = e.pointwise if e.family and e.pointwise else {}
+        u, v = pw.get("upper_bound", e.upper_bound), pw.get("verdict", e.verdict)
         rows.append([e.label, e.audit_set or e.metric, f"{e.tau:g}",
-                     f"{k}/{e.n_reruns}" + _planned_suffix(e), _f(e.upper_bound), e.verdict,
+                     f"{k}/{e.n_reruns}" + _planned_suffix(e), shown_u(u, e.eps, v), v,
                      ships(e.rules["mean"])])
     return rows
 
@@ -95,7 +121,8 @@ def to_markdown(doc: RecipeCard, images: dict[tuple, str] | None = None,
     lines += anytime_lines(doc) + family_lines(doc, markdown=True)  # the readings that lead, when they apply
     groups = cell_groups(doc)
     if len(doc.cells) > 1:
-        lines += ["## Verdicts", "", md_table(GRID_HEADER, verdict_table(doc)), ""]
+        heading = "## Pointwise verdicts" if pointwise_led(doc) else "## Verdicts"
+        lines += [heading, "", md_table(GRID_HEADER, verdict_table(doc)), ""]
     for key, entries in groups.items():
         first = entries[0]
         lines += [f"## {first.label} — audit `{first.audit_set or first.metric}`", ""]
@@ -110,8 +137,8 @@ def to_markdown(doc: RecipeCard, images: dict[tuple, str] | None = None,
             lines += [f"![rerun histogram]({images[key]})", ""]
         rows = []
         for e in entries:
-            rows.append([f"{e.tau:g}", f"{e.n_failures}/{e.n_reruns}", _f(e.lower_bound),
-                         _f(e.upper_bound), str(e.sample_floor), f"**{e.verdict}**"])
+            rows.append([f"{e.tau:g}", f"{e.n_failures}/{e.n_reruns}", shown_l(e.lower_bound, e.eps, e.verdict),
+                         shown_u(e.upper_bound, e.eps, e.verdict), str(e.sample_floor), f"**{e.verdict}**"])
         lines += [md_table(["τ", "failures/N", "L", "U", "N_min", "verdict"], rows), ""]
         for e in entries:
             lines += [f"- τ = {e.tau:g}: {e.reason}"]

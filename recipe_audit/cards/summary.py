@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from recipe_audit.cards.document import CardEntry, RecipeCard
-from recipe_audit.cards.render import GRID_HEADER, cell_groups, rules_table, verdict_table
+from recipe_audit.cards.render import GRID_HEADER, cell_groups, rules_table, shown_u, verdict_table
 from recipe_audit.cards.tables import text_table
 
 
@@ -21,7 +21,8 @@ def story(doc: RecipeCard) -> list[str]:
             out.append(f"{e.label} at τ = {e.tau:g}: {mean} ships; the card does not: {_why_not(e)}.")
         elif e.rules["card"] and not e.rules["mean"]:
             out.append(f"{e.label} at τ = {e.tau:g}: the card ships ({e.n_failures} of {e.n_reruns} "
-                       f"reruns failed, U = {e.upper_bound:.3f} ≤ ε = {e.eps:g}) while {mean} does not.")
+                       f"reruns failed, U = {shown_u(e.upper_bound, e.eps, e.verdict)} ≤ ε = {e.eps:g}) while "
+                       f"{mean} does not.")
     curtailed = {e.label: e.curtailment for e in doc.cells if e.curtailment and e.curtailment.stopped_early}
     for label, cur in curtailed.items():  # where the curtailing sweep stopped and why
         out.append(f"{label}: curtailed after {cur.n_launched} of {cur.n_planned} planned reruns; "
@@ -38,7 +39,7 @@ def _why_not(e: CardEntry) -> str:
     if n < e.sample_floor:
         return (f"{n} reruns are fewer than the {e.sample_floor} needed to certify anything at "
                 f"ε = {e.eps:g}, δ = {e.delta:g} ({failed}; {e.verdict})")
-    return f"{k} of {n} reruns failed, so U = {u:.3f} > ε = {e.eps:g} ({e.verdict})"
+    return f"{k} of {n} reruns failed, so U = {shown_u(u, e.eps, e.verdict)} > ε = {e.eps:g} ({e.verdict})"
 
 
 def print_card_summary(doc: RecipeCard, files: dict[str, Path] | None = None, stream=None) -> None:
@@ -80,7 +81,7 @@ def summary_markdown(docs: list[RecipeCard]) -> str:
         lines += [f"**recipe_audit card** on `{doc.source['metric']}` (ε = {o['eps']:g}, δ = {o['delta']:g})", "",
                   "| recipe | τ | failures / N | U | verdict |", "|---|---|---|---|---|"]
         for e in doc.cells:
-            u = "" if e.upper_bound is None else f"{e.upper_bound:.3f}"
+            u = "" if e.upper_bound is None else shown_u(e.upper_bound, e.eps, e.verdict)
             lines.append(f"| {str(e.label).replace('|', '/')} | {e.tau:g} | {e.n_failures}/{e.n_reruns} "
                          f"| {u} | **{e.verdict}** |")
         lines.append("")

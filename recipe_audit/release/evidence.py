@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from recipe_audit import keys, stats
+from recipe_audit.cards.family import own_reading
 from recipe_audit.cards.model import CardError, CardOptions, audit_name
 from recipe_audit.store.registry import RegistryError
 
@@ -324,8 +325,8 @@ def gate_verdict(entry: Mapping[str, Any], pointwise: bool) -> tuple[str, int]:
     """The verdict the gate reads (family-wise unless ``pointwise``) and the family size M."""
     fam = entry.get("family") or {}
     m = int(fam.get("size") or 1)
-    if pointwise or m <= 1:
-        return entry["verdict"], m
+    if pointwise or m <= 1:  # the entry's own reading (under "pointwise" where a stated family leads it)
+        return own_reading(entry)["verdict"], m
     return fam.get("verdict") or entry["verdict"], m
 
 

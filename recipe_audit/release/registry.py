@@ -150,17 +150,27 @@ class AttachResult:
                 "cards": list(self.cards), "card_run_ids": list(self.card_run_ids)}
 
 
+def _own(e: dict[str, Any]) -> dict[str, Any]:
+    """The entry's own reading, which the ``verdict``, bound and reason fields carry: a family-wise
+    reading the user asked for (``--family-size``) leads the card entry and its pointwise values are
+    under ``pointwise``; the family-wise one goes in the ``family_*`` fields."""
+    from recipe_audit.cards.family import own_reading
+
+    return own_reading(e)
+
+
 def _card_fields(e: dict[str, Any], card_uri: str, card_digest: str, source_run_id: str | None,
                  experiment: str) -> dict[str, str]:
     def num(x):
         return "" if x is None else repr(float(x)) if isinstance(x, float) else str(x)
 
+    own = _own(e)
     return {
-        "verdict": e["verdict"], "upper_bound": num(e["upper_bound"]), "lower_bound": num(e["lower_bound"]),
+        "verdict": own["verdict"], "upper_bound": num(own["upper_bound"]), "lower_bound": num(own["lower_bound"]),
         "n_reruns": str(e["n_reruns"]), "n_failures": num(e["n_failures"]), "tau": repr(float(e["tau"])),
         "eps": repr(float(e["eps"])), "delta": repr(float(e["delta"])), "audit_set": e["audit_set"] or e["metric"],
         "metric": e["metric"], "recipe_id": str(e["recipe_id"] or ""), "recipe": e.get("recipe_summary") or "",
-        "reason": e["reason"], "card_uri": card_uri, "card_digest": card_digest, "reruns_digest": e["digest"],
+        "reason": own["reason"], "card_uri": card_uri, "card_digest": card_digest, "reruns_digest": e["digest"],
         "experiment": experiment,
         "source_run_in_card": str(any(r["run_id"] == source_run_id for r in e["reruns"])).lower()
         if source_run_id else "false",
@@ -646,7 +656,7 @@ def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = No
         u = f"U at δ/M = {float(fam['upper_bound']):.3f}"
         how = f"release-supported family-wise (chosen from M = {m} recipe identities)"
     else:
-        u, how = f"U = {float(e['upper_bound']):.3f}", "release-supported"
+        u, how = f"U = {float(_own(e)['upper_bound']):.3f}", "release-supported"
     return result(True, PASS, f"{what} is {how} on {at} ({counts}, {u} <= ε = {policy.max_eps:g} at δ = "
                               f"{policy.max_delta:g}; {evid.over()}), and its card covers exactly those reruns and "
                               f"verifies.", summary, checks, evid)

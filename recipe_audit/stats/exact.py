@@ -681,23 +681,25 @@ def capped(upper: float, eps: float, verdict: str) -> float:
     return float(eps) if verdict == SUPPORTED and upper > eps else upper
 
 
-def shown_beside(value: float, eps: float, above: bool, digits: int = 4) -> str:
+def shown_beside(value: float, eps: float, above: bool, digits: int = 4, fixed: bool = False) -> str:
     """A bound as printed beside its verdict, never contradicting it: ``digits`` significant
-    digits, more when fewer would read on the wrong side of ε (``above``: the verdict says the
-    bound exceeds ε). At an exact tie the float can read above ε while the exact bound equals it:
+    digits (``fixed``: decimals), more when fewer would read on the wrong side of ε (``above``:
+    the verdict says the bound exceeds ε). At an exact tie the float can read above ε while the exact bound equals it:
     then ``"<ε> = ε (tie; certified)"``.
 
     >>> shown_beside(0.0994, 0.1, above=False), shown_beside(0.10004, 0.1, above=True)
     ('0.0994', '0.10004')
     >>> shown_beside(0.30000000000000004, 0.3, above=False)
     '0.3'
+    >>> shown_beside(0.1004, 0.1, above=True, digits=3, fixed=True)
+    '0.1004'
     >>> shown_beside(0.125, 0.12, above=False)    # only where the float of U and ε part
     '0.12 = ε (tie; certified)'
     """
     if not math.isfinite(value):
         return str(value)
-    for d in range(digits, 18):
-        text = f"{value:.{d}g}"
+    for d in range(digits, 18 if not fixed else 24):
+        text = f"{value:.{d}f}" if fixed else f"{value:.{d}g}"
         if (float(text) > eps) == above:
             return text
     if not above:

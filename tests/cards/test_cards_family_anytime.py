@@ -74,8 +74,22 @@ def test_one_recipe_card_has_no_family_unless_stated(stores):
     validate(doc)
     (e,) = doc["cells"]
     assert e["family"]["size"] == 10 and e["family"]["untested"] == 9
-    assert e["family"]["verdict"] == "insufficient-evidence" and e["verdict"] == "release-supported"
+    # asked for with family_size: the family-wise reading leads the entry, the pointwise one is named so
+    assert e["family"]["verdict"] == e["verdict"] == "insufficient-evidence"
+    assert (e["upper_bound"], e["sample_floor"]) == (e["family"]["upper_bound"], e["family"]["sample_floor"])
+    assert e["pointwise"]["verdict"] == e["family"]["pointwise_verdict"] == "release-supported"
+    assert e["pointwise"]["sample_floor"] == 22 and not e["rules"]["card"]
     assert doc["options"]["family_size"] == 10
+    card = RecipeCard.from_json(doc)
+    md = to_markdown(card)
+    assert md.index("## Family-wise verdicts") < md.index("**insufficient-evidence**")
+    assert "The pointwise verdict, for a recipe fixed before the sweep: release-supported." in md
+    out = io.StringIO()
+    print_card_summary(card, stream=out)
+    text = out.getvalue()
+    row = next(line for line in text.splitlines() if "insufficient-evidence" in line)  # the lead table's row
+    assert text.index(row) < text.index("Pointwise verdicts")
+    assert row.index("insufficient-evidence") < row.index("release-supported")
 
 
 def test_recipe_filter_keeps_the_experiment_family(stores):
@@ -97,6 +111,7 @@ def test_anytime_card_reads_the_confidence_sequence(stores):
     assert (e["upper_bound"], e["lower_bound"], e["sample_floor"], e["verdict"]) == (
         ab.upper, ab.lower, 34, ab.verdict)
     assert e["anytime"]["fixed_n"]["verdict"] == tail_bound(1, 40).verdict == "release-supported"
+    assert e["pointwise"]["verdict"] == "release-supported" and e["pointwise"]["upper_bound"] == tail_bound(1, 40).upper
     assert ab.verdict == "unsupported"
     assert e["anytime"]["looks"] == [{"n": 40, "k": 1, "upper": ab.upper, "lower": ab.lower, "verdict": ab.verdict}]
     assert "U_n <= eps" in e["anytime"]["rule"]
