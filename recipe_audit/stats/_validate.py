@@ -7,7 +7,7 @@ import numbers
 import numpy as np
 
 from recipe_audit.stats.errors import StatsInputError
-from recipe_audit.stats.exact import DELTA_RULE, MAX_RERUNS, MAX_RERUNS_TEXT
+from recipe_audit.stats.exact import DELTA_RULE, MAX_RERUNS, MAX_RERUNS_TEXT, Typed
 
 
 def _fmt(x) -> str:
@@ -104,7 +104,7 @@ def check_scalar_delta(value) -> float:
     arr = check_delta(value)
     if arr.ndim != 0:
         raise StatsInputError(f"delta must be a single number, got an array of shape {arr.shape}.")
-    return float(arr)
+    return value if isinstance(value, Typed) else float(arr)  # a Typed number keeps the decimal typed
 
 
 def check_scalar_prob(name: str, value) -> float:
@@ -112,7 +112,7 @@ def check_scalar_prob(name: str, value) -> float:
     arr = check_prob(name, value)
     if arr.ndim != 0:
         raise StatsInputError(f"{name} must be a single number, got an array of shape {arr.shape}.")
-    return float(arr)
+    return value if isinstance(value, Typed) else float(arr)  # a Typed number keeps the decimal typed
 
 
 def check_positive_int(name: str, value, minimum: int = 1) -> int:

@@ -184,3 +184,15 @@ def test_printed_bounds_agree_with_the_verdicts(capsys, k, n, eps, delta, extra)
     out = json.loads(capsys.readouterr().out)
     for reading in (out, out.get("pointwise") or out):
         assert (reading["upper_bound"] <= float(eps)) == (reading["verdict"] == "release-supported")
+
+
+@pytest.mark.parametrize("k, n, eps", [(1, 10, "0.5"), (2, 25, "0.2"), (1, 20, "0.1")])
+def test_the_array_verdicts_decide_ties_as_the_scalar_one(k, n, eps):
+    """The card's array path (verdict_array) and the scalar verdict agree at an exact tie."""
+    from recipe_audit.stats.verdicts import verdict_array
+
+    text = _decimal(_cdf(k, n, Fraction(eps)))
+    for d in (text, float(text)) if len(text) <= 17 else (text,):
+        got = verdict_array([k, k, 0], [n, n + 1, n], Typed(eps), Typed(d) if isinstance(d, str) else d)
+        assert got.tolist() == [verdict(k, n, eps, d), verdict(k, n + 1, eps, d), verdict(0, n, eps, d)]
+        assert got[0] == "release-supported"
