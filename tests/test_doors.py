@@ -195,6 +195,7 @@ def test_every_door_gives_the_same_answer(store, tmp_path, capsys, opts, words):
     ({"metric": "val_acc"}, ["--metric", "val_acc"], "val_acc"),
     ({"metric": "accuracy/nowhere"}, ["--audit", "nowhere"], "nowhere"),
     ({"group_by": ["params.lr"]}, ["--group-by", "params.lr"], "No rerun in experiment 'exp' has the key 'params.lr'"),
+    ({"seed_key": "params.nope"}, ["--seed-key", "params.nope"], "has the seed key 'params.nope'"),
 ])
 def test_a_key_no_run_has_is_named_in_python_as_at_the_command_line(store, tmp_path, capsys, kw, argv, words):
     synthetic_sweep(store, {s: 0.9 for s in range(8)})
@@ -204,4 +205,4 @@ def test_a_key_no_run_has_is_named_in_python_as_at_the_command_line(store, tmp_p
         _cli(["card", "--experiment-name", "exp", *argv], capsys)
     assert words in str(info.value) and words in str(cli_info.value)
     assert str(info.value) == str(cli_info.value).removeprefix("recipe-audit: error: ")
-    assert "'accuracy/calibration'" in str(info.value) or "'params.seed'" in str(info.value)  # what they have
+    assert "'accuracy/calibration'" in str(info.value) or "'params.seed'" in str(info.value)  # what is there
