@@ -95,7 +95,11 @@ def read_history(tracking_uri: str, experiment: str, metric: str, *, seed_key: s
     runs = _search_all(client, exp.experiment_id)
     by_id = {r.info.run_id: r for r in runs}
     kind_of = {r.info.run_id: r.data.tags.get(keys.TAG_KIND) for r in runs}
-    reruns = [r for r in runs if kind_of[r.info.run_id] == keys.KIND_RERUN]
+    # a rerun: tagged so, or carrying a rerun's seed tag under another kind than a sweep's or an
+    # acceptance cell's (a rerun retagged as something else still counts)
+    reruns = [r for r in runs if kind_of[r.info.run_id] == keys.KIND_RERUN
+              or (keys.TAG_SEED in r.data.tags and kind_of[r.info.run_id] not in (keys.KIND_SWEEP,
+                                                                                  keys.KIND_ACCEPTANCE_CELL))]
     if not reruns:  # runs logged by the user's own code: those without a kind that are nobody's parent
         parents = {r.data.tags.get(keys.TAG_PARENT) for r in runs}
         reruns = [r for r in runs if kind_of[r.info.run_id] is None and r.info.run_id not in parents]

@@ -215,6 +215,16 @@ def failing_values_logged_over_and_status_failed(uri):
     return {}
 
 
+def failing_rerun_retagged_as_a_card_run(uri):
+    """The failing rerun's kind tag set to ``card`` and its seed run again: the card (which reads
+    reruns only) sees the passing attempt alone, 0/25."""
+    runs = _sweep(uri, _values(25, bad={3}))
+    MlflowClient(tracking_uri=uri).set_tag(runs[3], keys.TAG_KIND, keys.KIND_CARD)
+    _sweep(uri, {3: 0.9}, sweep_id="retry", planned=[3])
+    assert _attach(uri, runs[0])["cells"][0]["n_failures"] == 0
+    return {}
+
+
 def _artifact_dir(uri, run_id):
     from pathlib import Path
     from urllib.parse import unquote, urlparse
@@ -265,6 +275,7 @@ ATTACKS = [
     (failing_values_logged_over, "store-history", "after the run ended"),
     pytest.param(failing_values_logged_over_backdated, "unsupported", "was recorded failing τ = 0.7 when it ended", marks=pytest.mark.slow),
     pytest.param(failing_values_logged_over_and_status_failed, "unsupported", "2/25 failed", marks=pytest.mark.slow),
+    pytest.param(failing_rerun_retagged_as_a_card_run, "unsupported", "1/25 failed", marks=pytest.mark.slow),
     (_resealed("card.md"), "card-does-not-verify", "card.md differ(s) from what the card's JSON renders"),
     pytest.param(_resealed("card.html"), "card-does-not-verify", "card.html differ(s) from what the card's JSON renders",
                  marks=pytest.mark.slow),
