@@ -127,7 +127,8 @@ def test_light_examples(tmp_path, store, name, fault, launcher):
     pytest.param("lightning_template", "joblib", "crash", id="lightning_template-joblib-ci",
                  marks=pytest.mark.slow),
     pytest.param("hf_trainer", "joblib", "collapse", id="hf_trainer-joblib-ci", marks=pytest.mark.slow),
-    pytest.param("lightning", "joblib", "crash", id="lightning-joblib-ci", marks=pytest.mark.slow),
+    # (CI runs Lightning under joblib through lightning_template-joblib-ci above)
+    pytest.param("lightning", "joblib", "crash", id="lightning-joblib", marks=pytest.mark.slow),
     pytest.param("lightning", "basic", "collapse", id="lightning-basic", marks=pytest.mark.slow),
 ])
 def test_framework_examples(tmp_path, store, name, launcher, fault):
