@@ -53,6 +53,11 @@ def shown_l(lower: float | None, eps: float, verdict: str) -> str:
     return shown_beside(lower, eps, above=verdict == stats.STRONG_UNSUPPORTED, digits=3, fixed=True)
 
 
+def _pointwise_verdict(e: CardEntry) -> str:
+    """The entry's fixed-N verdict: its ``pointwise`` one where another reading leads it."""
+    return (e.pointwise or {}).get("verdict") or e.verdict
+
+
 def pointwise_led(doc: RecipeCard) -> bool:
     """Whether a family-wise reading the user asked for leads the entries (their pointwise values
     then sit under ``pointwise``)."""
@@ -90,7 +95,8 @@ def rules_table(entries: list[CardEntry]) -> tuple[list[str], list[list[str]]]:
     header = ["rule", "statistic"] + [f"ships at τ = {e.tau:g}?" for e in entries]
     rows = []
     for rule, label in RULE_LABELS.items():
-        stat = _f(stat_of[rule]) if rule != "card" else "U = " + ", ".join(_f(e.upper_bound) for e in entries)
+        stat = _f(stat_of[rule]) if rule != "card" else "U = " + ", ".join(
+            shown_u(e.upper_bound, e.eps, e.verdict) for e in entries)
         rows.append([label, stat] + [ships(e.rules[rule]) for e in entries])
     return header, rows
 
@@ -250,7 +256,7 @@ def histogram(entries: list[CardEntry]):
     ax.set_ylabel("reruns")
     ax.set_title(f"{e0.label}: {len(vals)} finished reruns"
                  + (f", {n_unf} unfinished (failures)" if n_unf else "")
-                 + f" — {e0.verdict} (U = {_f(e0.upper_bound)})", fontsize=9)
+                 + f" — {e0.verdict} (U = {shown_u(e0.upper_bound, e0.eps, e0.verdict)})", fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig
@@ -322,7 +328,8 @@ def _band_md(entries: list[CardEntry], image: str | None) -> list[str]:
              "unfinished reruns only make it conservative). The pointwise bound U holds for one τ fixed in "
              f"advance. The band's own sample floor is N ≥ {b.sample_floor} (the pointwise card's: "
              f"N_min = {e0.sample_floor}).", ""]
-    rows = [[f"{e.tau:g}", f"{bb.k}/{bb.n}", _f(bb.pointwise_upper_bound), _f(bb.upper_bound),
+    rows = [[f"{e.tau:g}", f"{bb.k}/{bb.n}",
+             shown_u(bb.pointwise_upper_bound, e.eps, _pointwise_verdict(e)), _f(bb.upper_bound),
              "yes" if bb.supported else "no"] for e, bb in zip(entries, bands, strict=True)]
     lines += [md_table(["τ", "failures/N", "pointwise U (this τ only)", "band bound (every τ)",
                          f"band certifies ε = {e0.eps}"], rows), ""]

@@ -243,9 +243,12 @@ def summary_tag(f: dict[str, str]) -> str:
     0.038 ≤ ε 0.1``."""
     if not f.get("upper_bound"):
         return f"{f['verdict']} · {f.get('reason', '')}"[:250]
+    from recipe_audit.stats.exact import shown_beside
+
     u, eps = float(f["upper_bound"]), float(f["eps"])
+    above = f["verdict"] != stats.SUPPORTED  # U printed on the side of ε its verdict says (more decimals if need be)
     return (f"{f['verdict']} · {f.get('n_failures') or 0}/{f['n_reruns']} failed τ {float(f['tau']):g} · "
-            f"U {u:.3f} {'≤' if u <= eps else '>'} ε {eps:g}")
+            f"U {shown_beside(u, eps, above, digits=3, fixed=True)} {'>' if above else '≤'} ε {eps:g}")
 
 
 def summary_line(cards: dict[str, dict[str, str]]) -> str:
