@@ -183,6 +183,12 @@ def test_every_door_gives_the_same_answer(store, tmp_path, capsys, opts, words):
             got = answers[door][1]
             assert (got.taus, got.eps, got.delta) == (asked.taus, asked.eps, asked.delta), door
             assert sample_floor(got.eps, got.delta) == a["cells"][0]["sample_floor"], door
+    if "family_size" in opts or opts.get("anytime"):  # the reading asked for leads every card entry
+        for e in (*a["cells"], *b["cells"]):
+            lead = e["family"] if "family_size" in opts else e["anytime"]
+            assert (e["verdict"], e["upper_bound"]) == (lead["verdict"], lead["upper_bound"])
+            assert e["pointwise"]["verdict"] in ("release-supported", "unsupported", "insufficient-evidence")
+        assert recipe_audit.Card(b).verdict == b["cells"][0]["verdict"]
     if opts.get("delta") == "0.31381059609":  # δ = 0.9**11 exactly: the floor is 11 (it was 12)
         assert a["cells"][0]["sample_floor"] == answers["recipe-audit bound"][1]["sample_floor"] == 11
 
