@@ -283,7 +283,7 @@ def cmd_card(a: argparse.Namespace) -> int:
         from recipe_audit.cards.shift import shift_table
         from recipe_audit.cards.tables import text_table
 
-        header, rows = shift_table(doc.shift, markdown=False)
+        header, rows = shift_table(doc.shift, markdown=False, eps=doc.options.get("eps"))
         print("\nShift: calibration audit vs target audits\n" + text_table(rows, header))
     if a.log_run:
         try:

@@ -161,7 +161,7 @@ def to_markdown(doc: RecipeCard, images: dict[tuple, str] | None = None,
     if doc.shift:
         from recipe_audit.cards.shift import shift_markdown
 
-        lines += shift_markdown(doc.shift)
+        lines += shift_markdown(doc.shift, doc.options.get("eps"))
     if doc.split_audit:
         lines += ["## Held-out split audit", "", _split_audit_md(doc.split_audit), ""]
     from recipe_audit.cards.digest import content_digest

@@ -17,6 +17,7 @@ from typing import Any
 from recipe_audit import keys
 from recipe_audit.cards.document import CardEntry
 from recipe_audit.cards.tables import md_table
+from recipe_audit.stats.exact import shown_beside
 
 CALIBRATION = "calibration"
 DOMAIN = "domain"
@@ -49,31 +50,38 @@ def shift_section(entries: Sequence[CardEntry], audits: Sequence[str]) -> dict[s
     return {"calibration": audits[0], "audits": list(audits), "rows": list(rows.values())}
 
 
-def _cell_text(a: dict[str, Any], bold: bool) -> str:
+def _cell_text(a: dict[str, Any], bold: bool, eps: float | None = None) -> str:
     if a["n_failures"] is None:
         return "refused-shift (not scored)"
-    u = "—" if a["upper_bound"] is None else f"{a['upper_bound']:.3f}"
+    if a["upper_bound"] is None:
+        u = "—"
+    elif eps is None:
+        u = f"{a['upper_bound']:.3f}"
+    else:  # on the side of ε its verdict says (more decimals where three would read 0.100 beside unsupported)
+        u = shown_beside(a["upper_bound"], eps, a["verdict"] != "release-supported", digits=3, fixed=True)
     v = f"**{a['verdict']}**" if bold else a["verdict"]
     return f"{a['n_failures']}/{a['n_reruns']} · U {u} · {v}"
 
 
-def shift_table(shift: dict[str, Any], markdown: bool = True) -> tuple[list[str], list[list[str]]]:
+def shift_table(shift: dict[str, Any], markdown: bool = True,
+                eps: float | None = None) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the side-by-side table: one row per recipe cell and τ, one column per
-    audit set (failures/N, upper bound U, verdict)."""
+    audit set (failures/N, upper bound U, verdict); ``eps``: the card's, so that U reads on the side
+    of ε its verdict says."""
     shown = {CALIBRATION: "calibration audit", DOMAIN: "domain shift", TASK: "task shift"}
     header = ["recipe", "τ"] + [f"{a} ({shown[shift_kind(a, shift['calibration'])]})" for a in shift["audits"]]
     rows = []
     for r in shift["rows"]:
         by = {a["audit_set"]: a for a in r["audits"]}
         rows.append([r["label"], f"{r['tau']:g}"]
-                    + [_cell_text(by[a], markdown) if a in by else "—" for a in shift["audits"]])
+                    + [_cell_text(by[a], markdown, eps) if a in by else "—" for a in shift["audits"]])
     return header, rows
 
 
-def shift_markdown(shift: dict[str, Any]) -> list[str]:
+def shift_markdown(shift: dict[str, Any], eps: float | None = None) -> list[str]:
     """The Markdown lines of the card's shift section."""
 
-    header, rows = shift_table(shift)
+    header, rows = shift_table(shift, eps=eps)
     return ["## Shift: calibration audit vs target audits", "",
             f"Each cell: failures/N · one-sided upper bound U · verdict, on that audit set alone. "
             f"`{shift['calibration']}` is the calibration audit; a *domain shift* is the same task on "
