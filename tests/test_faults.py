@@ -266,3 +266,39 @@ def test_a_tiny_budget_card_is_computed_in_time(eps, fault_places, capsys):
     floor = entry["band"]["sample_floor"]
     assert abs(floor - math.log(10) / (2 * float(eps) ** 2)) <= max(2, 1e-12 * floor)  # DKW's closed form
     assert entry["band"]["supported"] is False
+
+
+def test_a_new_sqlite_store_is_created_safely_while_a_plain_client_creates_it(tmp_path):
+    """A plain MlflowClient (which migrates a new store without a lock) and a sweep's first look
+    start on the same new SQLite file at the same instant: before, the sweep's side failed 4 times
+    in 4 ("Online migration expected to match one row", "table ... already exists"); now the store
+    is made whole beside its place and linked there, or the other's migration is waited for."""
+    import subprocess
+    import sys
+
+    from helpers import procs
+
+    plain = ("import sys, time\n"
+             "t = float(sys.argv[2])\n"
+             "while time.time() < t: time.sleep(0.001)\n"
+             "from mlflow.tracking import MlflowClient\n"
+             "MlflowClient(sys.argv[1]).search_experiments()\n")
+    for i in range(2):
+        uri = f"sqlite:///{tmp_path / f'store{i}' / 'mlflow.db'}"
+        (tmp_path / f"store{i}").mkdir()
+        at = time.time() + 6.0  # the child imports MLflow meanwhile
+        child = procs.spawn([sys.executable, "-c", plain, uri, str(at)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+        try:
+            import mlflow.tracking  # noqa: F401 - imported before the start, as in the child
+
+            while time.time() < at:
+                time.sleep(0.001)
+            store = tracking.open_store(uri, f"exp{i}")
+            _, err = child.communicate(timeout=120)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        assert child.returncode == 0, err[-2000:]
+        assert store.client.get_experiment_by_name(f"exp{i}") is not None
+        assert not list((tmp_path / f"store{i}").glob(".mlflow.db.*.new"))

@@ -145,18 +145,19 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
     try:
         # several sweeps starting together on a new SQLite store would race to create MLflow's
         # tables and the experiment: the first does it, under a lock, the others then find both
-        with _store_lock(uri):
-            client = _client(uri)
-            exp = client.get_experiment_by_name(experiment_name)
-            if exp is None:
-                # MLflow 3's UI opens an experiment of this kind on its runs table ("Model
-                # training"), not on the GenAI overview (traces, an assistant)
-                client.create_experiment(experiment_name, artifact_location=_default_artifact_location(uri),
-                                         tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
-                exp = client.get_experiment_by_name(experiment_name)
-            _write_ahead_log(uri)
-            if uri.startswith("sqlite:///"):
-                _commit_without_sync(uri)
+        for attempt in range(_CREATE_TRIES):
+            try:
+                with _store_lock(uri):
+                    exp = _first_look(uri, experiment_name)
+                break
+            except Exception as exc:  # noqa: BLE001 - another process creating the same store
+                # a process that does not take the lock (a plain MlflowClient, `mlflow ui`) creating
+                # MLflow's tables at the same time: "table ... already exists", "Online migration
+                # expected to match one row", an out-of-date schema; wait until it is done
+                _CLIENTS.pop(uri, None)
+                if not uri.startswith("sqlite:///") or attempt == _CREATE_TRIES - 1 or isinstance(exc, TrackingError):
+                    raise
+                time.sleep(0.5 * (attempt + 1))
         if exp.lifecycle_stage != "active":
             raise TrackingError(f"Experiment '{experiment_name}' in {uri} is deleted; restore it or pick another name.")
         else:
@@ -181,6 +182,81 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
 
 
 _SQLITE_FILES: dict[str, tuple[int, int]] = {}
+_CREATE_TRIES = 8  # first looks at a SQLite store another process is creating: 0.5 + 1 + ... + 3.5 s apart
+
+
+def _new_sqlite_store(uri: str) -> None:
+    """A SQLite store that does not exist yet is made whole beside its place and linked there at
+    once (``os.link`` refuses when the name exists): a process that opens the store afterwards,
+    a plain ``MlflowClient`` too, finds every table at the latest revision and migrates nothing.
+    When another process created the file first (MLflow creates and migrates it unlocked), its
+    migration is waited for before MLflow looks at the file here: two migrations of one file
+    break each other ("Online migration expected to match one row", "table ... already exists")."""
+    db = Path(uri[len("sqlite:///"):])
+    if not db.exists():
+        from mlflow.tracking import MlflowClient
+
+        tmp = db.with_name(f".{db.name}.{os.getpid()}.new")
+        tmp.unlink(missing_ok=True)
+        try:
+            MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)  # every table, at head
+            try:
+                os.link(tmp, db)
+            except FileExistsError:
+                pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    _wait_for_migration(db)
+
+
+def _wait_for_migration(db: Path, quiet_s: float = 10.0, limit_s: float = 120.0) -> None:
+    """Return once ``db``'s MLflow tables are at the latest revision, or the file has not changed
+    for ``quiet_s`` seconds (an old store that needs ``mlflow db upgrade``: MLflow then says so)."""
+    import sqlite3
+
+    if time.time() - db.stat().st_mtime > quiet_s:  # a store no one is writing: nothing to wait for
+        return
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    head = _get_latest_schema_revision()
+    t0 = time.monotonic()
+    while True:
+        try:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+            try:
+                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                rev = (con.execute("SELECT version_num FROM alembic_version").fetchone() or [None])[0] \
+                    if "alembic_version" in tables else None
+            finally:
+                con.close()
+        except sqlite3.Error:
+            rev, tables = None, set()
+        if rev == head and not any(t.startswith("_alembic_tmp") for t in tables):
+            return
+        if time.time() - db.stat().st_mtime > quiet_s:
+            return
+        if time.monotonic() - t0 > limit_s:
+            raise TrackingError(f"The tracking store {db} is being created by another process that has not "
+                                f"finished in {limit_s:.0f} s; launch again once it has.")
+        time.sleep(0.25)
+
+
+def _first_look(uri: str, experiment_name: str):
+    """The experiment, created when missing (MLflow's tables created or migrated on the way)."""
+    if uri.startswith("sqlite:///"):
+        _new_sqlite_store(uri)
+    client = _client(uri)
+    exp = client.get_experiment_by_name(experiment_name)
+    if exp is None:
+        # MLflow 3's UI opens an experiment of this kind on its runs table ("Model
+        # training"), not on the GenAI overview (traces, an assistant)
+        client.create_experiment(experiment_name, artifact_location=_default_artifact_location(uri),
+                                 tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        exp = client.get_experiment_by_name(experiment_name)
+    _write_ahead_log(uri)
+    if uri.startswith("sqlite:///"):
+        _commit_without_sync(uri)
+    return exp
 
 
 def check_store_file(uri: str) -> None:
