@@ -10,6 +10,8 @@ stats -> cards -> store / registry, with one door to each framework.
 * ``recipe_audit.cards`` builds, renders and checks cards from data it is given: it does not read
   the store (``recipe_audit.release`` computes cards from the store, on top of both);
 * no two modules import each other, directly or through others.
+* no module uses another's private names (``from x import _y`` or ``x._y``): a shared helper is
+  public.
 """
 
 from __future__ import annotations
@@ -181,3 +183,38 @@ def test_no_private_name_is_imported_from_another_module():
                         if a.name.startswith("_") and not a.name.startswith("__")
                         and f"{node.module}.{a.name}" not in MODULES]
     assert bad == []
+
+
+def _private_attributes(name: str, source: str) -> list[str]:
+    """``mod._helper`` where ``mod`` names a module of the package imported into ``name``
+    (``import recipe_audit.x as mod`` or ``from recipe_audit import x``): the helper is shared."""
+    tree = ast.parse(source)
+    mods = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and _top(node.module) in ROOTS:
+            mods.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names
+                         if f"{node.module}.{a.name}" in MODULES})
+        elif isinstance(node, ast.Import):
+            mods.update({a.asname: a.name for a in node.names if a.asname and a.name in MODULES})
+    return [f"{name}:{node.lineno} uses {mods[node.value.id]}.{node.attr}" for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in mods
+            and node.attr.startswith("_") and not node.attr.startswith("__")]
+
+
+def test_no_private_name_is_used_from_another_module():
+    """``exact._helper`` through an imported module is the same leak as importing ``_helper``."""
+    bad = [hit for name, path in MODULES.items()
+           for hit in _private_attributes(name, path.read_text(encoding="utf-8"))]
+    assert bad == []
+
+
+@pytest.mark.parametrize("source", [
+    "from recipe_audit.stats import exact\nexact._floor(0.1, 0.1)\n",
+    "import recipe_audit.stats.exact as ex\nex._floor(0.1, 0.1)\n",
+])
+def test_the_private_attribute_check_finds_a_use(source):
+    """The check itself: a planted ``mod._name`` on an imported module of the package is caught,
+    a dunder or a private name of a non-package module is not."""
+    assert _private_attributes("planted", source) == ["planted:2 uses recipe_audit.stats.exact._floor"]
+    assert _private_attributes("planted", source + "import os\nos._exit\nexact.__name__\n") == [
+        "planted:2 uses recipe_audit.stats.exact._floor"]

@@ -88,7 +88,7 @@ def apply_family(entries: list[dict[str, Any]], eps: float, delta: float,
         labels = [e["label"] for e in group] + [f"recipe {x[:8]}" for x in extra]
         by_entry = {id(e): mem for (e, _), mem in zip(tested, card.members if card else (), strict=True)}
         fd = exact.scaled(delta, m)  # δ/M as the exact number it stands for (its floor's ties are ties)
-        floor = exact._floor(eps, fd)
+        floor = exact.floor_of(eps, fd)
         for e, c in counted:
             mem = by_entry.get(id(e))
             obj: dict[str, Any] = {

@@ -93,7 +93,7 @@ def _log_pmf(k: int, n: int, p: float) -> float:
         return n * math.log1p(-p)
     if k == n:
         return n * math.log(p)
-    return exact._log_dbinom(k, n, p, 1.0 - p)
+    return exact.log_dbinom(k, n, p, 1.0 - p)
 
 
 def _log_m_up(k: int, n: int, p: float) -> float:
@@ -102,10 +102,10 @@ def _log_m_up(k: int, n: int, p: float) -> float:
         log_tail = math.log(-math.expm1((n + 1) * math.log1p(-p)))
     else:
         try:  # P(X >= k + 1) = 1 - P(X <= k) for X ~ Binomial(n + 1, p), whose mean exceeds k
-            log_tail = math.log(-math.expm1(exact._log_cdf(k, n + 1, p)))
-        except exact._TooLong:
+            log_tail = math.log(-math.expm1(exact.log_cdf(k, n + 1, p)))
+        except exact.TailTooLong:
             # I_p(k + 1, n + 1 - k); SciPy's bdtrc takes n as a C int and gives NaN above 2**31 - 1
-            log_tail = math.log(exact.finite(float(exact._special().betainc(float(k + 1), float(n + 1 - k), p)),
+            log_tail = math.log(exact.finite(float(exact.scipy_special().betainc(float(k + 1), float(n + 1 - k), p)),
                                              f"The confidence sequence for {k} failures in {n} reruns"))
     return log_tail - math.log(n + 1) - math.log(p) - _log_pmf(k, n, p)
 
@@ -116,9 +116,9 @@ def _log_m_lo(k: int, n: int, p: float) -> float:
         log_tail = math.log(-math.expm1((n + 1) * math.log(p)))
     else:
         try:  # P(X <= k) = 1 - P(X >= k + 1) for X ~ Binomial(n + 1, p), whose mean is below k + 1
-            log_tail = math.log(-math.expm1(exact._log_sf(k + 1, n + 1, p)))
-        except exact._TooLong:
-            log_tail = math.log(exact.finite(float(exact._special().betaincc(float(k + 1), float(n + 1 - k), p)),
+            log_tail = math.log(-math.expm1(exact.log_sf(k + 1, n + 1, p)))
+        except exact.TailTooLong:
+            log_tail = math.log(exact.finite(float(exact.scipy_special().betaincc(float(k + 1), float(n + 1 - k), p)),
                                              f"The confidence sequence for {k} failures in {n} reruns"))
     return log_tail - math.log(n + 1) - math.log1p(-p) - _log_pmf(k, n, p)
 
@@ -128,17 +128,17 @@ def _upper(k: int, n: int, d: float) -> float:
         return 1.0
     t = -math.log(d)
     # the largest float that is not rejected, plus one: the smallest rejected one
-    last = exact._last_true(exact._bits(k / n), exact._bits(1.0),
-                            lambda b: _log_m_up(k, n, exact._from_bits(b)) < t)
-    return exact._from_bits(last + 1)
+    last = exact.last_true(exact.float_bits(k / n), exact.float_bits(1.0),
+                           lambda b: _log_m_up(k, n, exact.float_from_bits(b)) < t)
+    return exact.float_from_bits(last + 1)
 
 
 def _lower(k: int, n: int, d: float) -> float:
     if k == 0:
         return 0.0
     t = -math.log(d)
-    return exact._from_bits(exact._last_true(0, exact._bits(k / n),
-                                             lambda b: _log_m_lo(k, n, exact._from_bits(b)) >= t))
+    return exact.float_from_bits(exact.last_true(0, exact.float_bits(k / n),
+                                                 lambda b: _log_m_lo(k, n, exact.float_from_bits(b)) >= t))
 
 
 @lru_cache(maxsize=4096)
@@ -181,7 +181,7 @@ _SCAN_MAX = 10**6
 
 @lru_cache(maxsize=256)
 def _floor(e: float, d: float) -> int:
-    n_min = exact._floor(e, d)  # no valid test certifies a clean sample below the fixed-N floor
+    n_min = exact.floor_of(e, d)  # no valid test certifies a clean sample below the fixed-N floor
     # For n <= 1/eps - 1, M^+(eps) <= (1 - eps)^-n <= e, so nothing is certified there when
     # delta < 1/e; and M^+(eps) increases with n from n = 1/eps - 2 on. Below that (delta >= 1/e
     # only) the floor is searched one rerun at a time.
@@ -217,7 +217,7 @@ def _check_floor(e: float, d: float) -> int:
     if floor > exact.MAX_RERUNS:
         raise StatsInputError(f"eps = {e!r} is too small to certify with at most {exact.MAX_RERUNS_TEXT} "
                               f"reruns in an open-ended sweep (its floor at delta = {d!r} is "
-                              f"{exact._approx(floor)} reruns).")
+                              f"{exact.approx_count(floor)} reruns).")
     return floor
 
 

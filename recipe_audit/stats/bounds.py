@@ -60,7 +60,7 @@ def _root(delta: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 def _clean(delta: np.ndarray, n: np.ndarray) -> np.ndarray:
     """``1 - delta ** (1 / n)`` elementwise, as ``-expm1(ln(delta) / n)`` (``U`` at ``k == 0``)."""
-    return _closed(delta, n, _exact._clean_upper)
+    return _closed(delta, n, _exact.clean_upper)
 
 
 def _flat_inputs(k, n, delta):

@@ -296,8 +296,9 @@ def _powers_at_most(a: Fraction, m: int, d: Fraction) -> bool:
     return a**m <= d  # unreachable in practice: exact, however slow
 
 
-def _floor(e: float, d: float) -> int:
-    """``N_min`` for the numbers ``e`` and ``d`` stand for (:func:`rational`)."""
+def floor_of(e: float, d: float) -> int:
+    """``N_min`` for the numbers ``e`` and ``d`` stand for (:func:`rational`); ``e`` and ``d`` are
+    already checked (:func:`sample_floor` checks them first)."""
     return _floor_exact(rational(e), rational(d), float(e), float(d))
 
 
@@ -329,7 +330,7 @@ def sample_floor(eps, delta) -> int:
     >>> sample_floor(0.10, 0.10), sample_floor(0.05, 0.05), sample_floor(0.3, 0.49)
     (22, 59, 2)
     """
-    return _floor(check_eps(eps), check_delta(delta))
+    return floor_of(check_eps(eps), check_delta(delta))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,18 +392,18 @@ def _bd0(x: float, m: float) -> float:
     return x * math.log(x / m) + m - x
 
 
-def _log_dbinom(x: int, n: int, p: float, q: float) -> float:
+def log_dbinom(x: int, n: int, p: float, q: float) -> float:
     """ln P(Binomial(n, p) = x) for ``1 <= x <= n - 1``, ``0 < p < 1``, ``q = 1 - p``."""
     lc = _stirlerr(n) - _stirlerr(x) - _stirlerr(n - x) - _bd0(float(x), n * p) - _bd0(float(n - x), n * q)
     lf = _LN_2PI + math.log(x) + math.log1p(-x / n)
     return lc - 0.5 * lf
 
 
-class _TooLong(Exception):
+class TailTooLong(Exception):
     """The tail needs more terms than the pure-Python sum takes: SciPy computes it."""
 
 
-def _log_cdf(k: int, n: int, p: float) -> float:
+def log_cdf(k: int, n: int, p: float) -> float:
     """ln P(Binomial(n, p) <= k) for ``1 <= k <= n - 1`` where ``n p >= k`` (terms fall below k)."""
     q = 1.0 - p
     r = q / p
@@ -416,11 +417,11 @@ def _log_cdf(k: int, n: int, p: float) -> float:
         if ratio < 1.0 and t <= s * (1.0 - ratio) * 2.0**-56:
             break
         if k - j > _MAX_TERMS:
-            raise _TooLong
-    return _log_dbinom(k, n, p, q) + math.log(s)
+            raise TailTooLong
+    return log_dbinom(k, n, p, q) + math.log(s)
 
 
-def _log_sf(k: int, n: int, p: float) -> float:
+def log_sf(k: int, n: int, p: float) -> float:
     """ln P(Binomial(n, p) >= k) for ``1 <= k <= n - 1`` where ``n p <= k`` (terms fall above k)."""
     q = 1.0 - p
     r = p / q
@@ -434,25 +435,28 @@ def _log_sf(k: int, n: int, p: float) -> float:
         if ratio < 1.0 and t <= s * (1.0 - ratio) * 2.0**-56:
             break
         if j - k > _MAX_TERMS:
-            raise _TooLong
-    return _log_dbinom(k, n, p, q) + math.log(s)
+            raise TailTooLong
+    return log_dbinom(k, n, p, q) + math.log(s)
 
 
-def _bits(x: float) -> int:
+def float_bits(x: float) -> int:
+    """The float's bit pattern as a signed integer (ordered like the non-negative floats)."""
     return struct.unpack("<q", struct.pack("<d", x))[0]
 
 
-def _from_bits(b: int) -> float:
+def float_from_bits(b: int) -> float:
+    """The float whose bit pattern is ``b`` (the inverse of :func:`float_bits`)."""
     return struct.unpack("<d", struct.pack("<q", b))[0]
 
 
-def _special():
+def scipy_special():
+    """``scipy.special``, imported only when a tail is too long for the pure-Python sum."""
     from scipy import special
 
     return special
 
 
-def _last_true(lo: int, hi: int, pred) -> int:
+def last_true(lo: int, hi: int, pred) -> int:
     """Bisection over float bit patterns: the largest ``b`` in ``[lo, hi)`` with ``pred(b)``,
     given ``pred(lo)`` and not ``pred(hi)`` and ``pred`` true below its boundary only."""
     while hi - lo > 1:
@@ -469,10 +473,10 @@ def _upper_mid(k: int, n: int, d: float) -> float:
     ld = math.log(d)
     try:
         # P(X <= k) >= 1/2 > delta at p = k/n (the median is <= k)
-        below = _last_true(_bits(k / n), _bits(1.0), lambda b: _log_cdf(k, n, _from_bits(b)) > ld)
-        return _from_bits(below + 1)
-    except _TooLong:
-        return finite(float(_special().betainccinv(float(k + 1), float(n - k), d)),
+        below = last_true(float_bits(k / n), float_bits(1.0), lambda b: log_cdf(k, n, float_from_bits(b)) > ld)
+        return float_from_bits(below + 1)
+    except TailTooLong:
+        return finite(float(scipy_special().betainccinv(float(k + 1), float(n - k), d)),
                       f"The upper bound for {k} failures in {n} reruns")
 
 
@@ -481,13 +485,13 @@ def _lower_mid(k: int, n: int, d: float) -> float:
     ld = math.log(d)
     try:
         # P(X >= k) >= 1/2 > delta at p = k/n
-        return _from_bits(_last_true(0, _bits(k / n), lambda b: _log_sf(k, n, _from_bits(b)) <= ld))
-    except _TooLong:
-        return finite(float(_special().betaincinv(float(k), float(n - k + 1), d)),
+        return float_from_bits(last_true(0, float_bits(k / n), lambda b: log_sf(k, n, float_from_bits(b)) <= ld))
+    except TailTooLong:
+        return finite(float(scipy_special().betaincinv(float(k), float(n - k + 1), d)),
                       f"The lower bound for {k} failures in {n} reruns")
 
 
-def _clean_upper(n: int, d: float) -> float:
+def clean_upper(n: int, d: float) -> float:
     """U(0, n) = 1 - delta**(1/n), evaluated without cancellation."""
     return -math.expm1(math.log(d) / n)
 
@@ -503,7 +507,7 @@ def upper_bound(k, n, delta) -> float:
     if k_i == n_i:
         return 1.0
     if k_i == 0:
-        return _clean_upper(n_i, d)
+        return clean_upper(n_i, d)
     return _upper_mid(k_i, n_i, d)
 
 
@@ -557,9 +561,9 @@ def _below_budget(k: int, n: int, e: float, d: float) -> bool:
     if k >= n or n * e <= k:  # U = 1, or the median of Binomial(n, eps) is <= k: P(X <= k) >= 1/2
         return False
     try:
-        gap = _log_cdf(k, n, e) - math.log(d)
-    except _TooLong:
-        tail = finite(float(_special().betaincc(float(k + 1), float(n - k), e)),
+        gap = log_cdf(k, n, e) - math.log(d)
+    except TailTooLong:
+        tail = finite(float(scipy_special().betaincc(float(k + 1), float(n - k), e)),
                       f"P(Binomial({n}, eps) <= {k})")
         gap = math.log(tail) - math.log(d) if tail > 0 else -math.inf
     if abs(gap) <= _TIE_BAND:
@@ -583,7 +587,7 @@ def release_rule(k, n, upper, eps, n_min):
     return (n >= n_min) & ((upper <= eps) | (k == 0))
 
 
-def _certifies(k: int, n: int, e: float, d: float, n_min: int) -> bool:
+def certifies_at(k: int, n: int, e: float, d: float, n_min: int) -> bool:
     """:func:`release_rule` for one ``(k, n)``, with ``U <= eps`` decided on the exact binomial
     tail (``P(Binomial(n, eps) <= k) <= delta``) rather than on a computed ``U``."""
     if n < n_min:
@@ -597,7 +601,7 @@ def certifies(k, n, eps, delta) -> bool:
     together with ``U <= eps``)."""
     k_i, n_i = check_counts(k, n)
     e, d = check_eps(eps), check_delta(delta)
-    return _certifies(k_i, n_i, e, d, _floor(e, d))
+    return certifies_at(k_i, n_i, e, d, floor_of(e, d))
 
 
 def _verdict(k: int, n: int, e: float, d: float, n_min: int, lower: float) -> str:
@@ -605,7 +609,7 @@ def _verdict(k: int, n: int, e: float, d: float, n_min: int, lower: float) -> st
         return STRONG_UNSUPPORTED  # wins over insufficient-evidence
     if n < n_min:
         return INSUFFICIENT
-    return SUPPORTED if _certifies(k, n, e, d, n_min) else UNSUPPORTED
+    return SUPPORTED if certifies_at(k, n, e, d, n_min) else UNSUPPORTED
 
 
 def verdict(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> str:
@@ -616,17 +620,18 @@ def verdict(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> str:
     """
     k_i, n_i = check_counts(k, n)
     e, d = check_eps(eps), check_delta(delta)
-    return _verdict(k_i, n_i, e, d, _floor(e, d), lower_bound(k_i, n_i, d))
+    return _verdict(k_i, n_i, e, d, floor_of(e, d), lower_bound(k_i, n_i, d))
 
 
-def _more(k: int, n: int, e: float, d: float, n_min: int) -> int:
+def more_needed(k: int, n: int, e: float, d: float, n_min: int) -> int:
+    """:func:`more_clean_reruns_needed` for checked counts, ``eps``, ``delta`` and their floor."""
     lo = max(0, n_min - n)  # below this many more, N < N_min
     if k == 0:
         return lo
-    if _certifies(k, n + lo, e, d, n_min):
+    if certifies_at(k, n + lo, e, d, n_min):
         return lo
     hi = max(2 * lo, lo + 1)
-    while not _certifies(k, n + hi, e, d, n_min):
+    while not certifies_at(k, n + hi, e, d, n_min):
         lo = hi
         hi *= 2
         if n + hi > _MAX_SEARCH:
@@ -634,28 +639,29 @@ def _more(k: int, n: int, e: float, d: float, n_min: int) -> int:
                 f"{k} failures in {n} reruns cannot be certified at eps = {e!r} with fewer than 2^53 reruns.")
     while hi - lo > 1:  # not certified at lo, certified at hi
         mid = (lo + hi) // 2
-        if _certifies(k, n + mid, e, d, n_min):
+        if certifies_at(k, n + mid, e, d, n_min):
             hi = mid
         else:
             lo = mid
     return hi
 
 
-def _check_budget(e: float, d: float) -> int:
-    n_min = _floor(e, d)
+def budget_floor(e: float, d: float) -> int:
+    """:func:`check_budget` for an already checked ``eps`` and ``delta``."""
+    n_min = floor_of(e, d)
     if n_min > MAX_RERUNS:
         raise StatsInputError(
             f"eps = {e!r} is too small to certify with at most {MAX_RERUNS_TEXT} reruns "
-            f"(the sample floor at delta = {d!r} is {_approx(n_min)} reruns).")
+            f"(the sample floor at delta = {d!r} is {approx_count(n_min)} reruns).")
     return n_min
 
 
 def check_budget(eps: float, delta: float) -> int:
     """The sample floor, refusing a budget no count up to ``MAX_RERUNS`` could certify."""
-    return _check_budget(check_eps(eps), check_delta(delta))
+    return budget_floor(check_eps(eps), check_delta(delta))
 
 
-def _approx(n: int) -> str:
+def approx_count(n: int) -> str:
     """A large count, briefly: 2.3e+16 (also beyond the float range)."""
     return f"{float(n):.3g}" if n < 10**300 else f"{Decimal(n).normalize():.2g}"
 
@@ -672,7 +678,7 @@ def more_clean_reruns_needed(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> int:
     """
     k_i, n_i = check_counts(k, n)
     e, d = check_eps(eps), check_delta(delta)
-    return _more(k_i, n_i, e, d, _check_budget(e, d))
+    return more_needed(k_i, n_i, e, d, budget_floor(e, d))
 
 
 def capped(upper: float, eps: float, verdict: str) -> float:
@@ -759,11 +765,11 @@ def tail_bound(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> TailBound:
                 "use clopper_pearson_upper for arrays.")
     k_i, n_i = check_counts(k, n)
     e, d = check_eps(eps), check_delta(delta)
-    n_min = _check_budget(e, d)
+    n_min = budget_floor(e, d)
     upper = upper_bound(k_i, n_i, d)
     lower = lower_bound(k_i, n_i, d)
     v = _verdict(k_i, n_i, e, d, n_min, lower)
     return TailBound(
         k=k_i, n=n_i, eps=e, delta=d, upper=capped(upper, e, v), lower=lower, sample_floor=n_min,
-        more_clean_reruns_needed=_more(k_i, n_i, e, d, n_min), verdict=v,
+        more_clean_reruns_needed=more_needed(k_i, n_i, e, d, n_min), verdict=v,
     )

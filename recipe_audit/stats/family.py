@@ -107,7 +107,7 @@ def family_sample_floor(eps=DEFAULT_EPS, delta=DEFAULT_DELTA, family_size=1) -> 
     [22, 44, 66]
     """
     e = exact.check_eps(eps)
-    return exact._check_budget(e, family_delta(delta, family_size))
+    return exact.budget_floor(e, family_delta(delta, family_size))
 
 
 def pointwise_p_value(k, n, eps) -> float:
@@ -130,10 +130,10 @@ def _log_p(k: int, n: int, e: float) -> float:
     if k == 0:
         return n * math.log1p(-e)
     try:
-        return exact._log_cdf(k, n, e)
-    except exact._TooLong:
+        return exact.log_cdf(k, n, e)
+    except exact.TailTooLong:
         # I_{1-e}(n - k, k + 1); SciPy's bdtr takes n as a C int and gives NaN above 2**31 - 1
-        p = exact.finite(float(exact._special().betaincc(float(k + 1), float(n - k), e)),
+        p = exact.finite(float(exact.scipy_special().betaincc(float(k + 1), float(n - k), e)),
                          f"The p-value of {k} failures in {n} reruns")
         return math.log(p) if p > 0 else -math.inf  # below the smallest float: below every level
 
@@ -206,7 +206,7 @@ class FamilyCard:
 def _member(k: int, n: int, e: float, d: float, m: int, method: str, level: float, rank: int,
             log_p: float, certified: bool) -> FamilyMember:
     fd = exact.scaled(d, m)
-    floor = exact._floor(e, fd)
+    floor = exact.floor_of(e, fd)
     lower = exact.lower_bound(k, n, fd)
     if lower > e:
         verdict = exact.STRONG_UNSUPPORTED
@@ -221,7 +221,7 @@ def _member(k: int, n: int, e: float, d: float, m: int, method: str, level: floa
         k=k, n=n, eps=e, delta=d, family_size=m, method=method, family_delta=fd, level=level, rank=rank,
         p_value=math.exp(log_p), upper=exact.capped(exact.upper_bound(k, n, fd), e, verdict), lower=lower,
         sample_floor=floor,
-        more_clean_reruns_needed=exact._more(k, n, e, fd, floor), verdict=verdict,
+        more_clean_reruns_needed=exact.more_needed(k, n, e, fd, floor), verdict=verdict,
         pointwise_upper=pw.upper, pointwise_lower=pw.lower, pointwise_sample_floor=pw.sample_floor,
         pointwise_verdict=pw.verdict,
     )
@@ -242,9 +242,9 @@ def family_tail_bound(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA, family_size=1)
     e, d = exact.check_eps(eps), exact.check_delta(delta)
     m = check_family_size(family_size)
     fd = exact.scaled(d, m)
-    floor = exact._check_budget(e, fd)
+    floor = exact.budget_floor(e, fd)
     return _member(k_i, n_i, e, d, m, BONFERRONI, fd, 1, _log_p(k_i, n_i, e),
-                   exact._certifies(k_i, n_i, e, fd, floor))
+                   exact.certifies_at(k_i, n_i, e, fd, floor))
 
 
 def family_bounds(counts: Sequence[tuple[int, int]], eps=DEFAULT_EPS, delta=DEFAULT_DELTA, family_size=None,
@@ -274,7 +274,7 @@ def family_bounds(counts: Sequence[tuple[int, int]], eps=DEFAULT_EPS, delta=DEFA
     if m < 1:
         raise StatsInputError("a family needs at least one recipe.")
     fd = exact.scaled(d, m)
-    floor = exact._check_budget(e, fd)
+    floor = exact.budget_floor(e, fd)
     log_ps = [_log_p(k, n, e) for k, n in pairs]
     order = sorted(range(len(pairs)), key=lambda i: (log_ps[i], i))
     rank = {i: r + 1 for r, i in enumerate(order)}
@@ -285,7 +285,7 @@ def family_bounds(counts: Sequence[tuple[int, int]], eps=DEFAULT_EPS, delta=DEFA
         k, n = pairs[i]
         lv = fd if method == BONFERRONI else exact.scaled(d, m - r + 1)
         level[i] = lv
-        ok = exact._certifies(k, n, e, lv, exact._floor(e, lv))
+        ok = exact.certifies_at(k, n, e, lv, exact.floor_of(e, lv))
         if method == HOLM:
             ok = ok and going
             going = ok
@@ -293,5 +293,5 @@ def family_bounds(counts: Sequence[tuple[int, int]], eps=DEFAULT_EPS, delta=DEFA
     members = tuple(_member(k, n, e, d, m, method, level[i], rank[i], log_ps[i], certified[i])
                     for i, (k, n) in enumerate(pairs))
     return FamilyCard(eps=e, delta=d, family_size=m, method=method, family_delta=fd, sample_floor=floor,
-                      pointwise_sample_floor=exact._floor(e, d), untested=m - len(pairs),
+                      pointwise_sample_floor=exact.floor_of(e, d), untested=m - len(pairs),
                       certified=sum(certified.values()), members=members)
