@@ -93,6 +93,15 @@ def _sweep_killing(args, cwd, uri, sweep_dir, seed: int, after_s: float, output)
         assert status == "RUNNING", f"seed {seed} was {status} before the kill: lengthen the recipe"
         os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=procs.timeout(600))
+        # what the sweep started is gone soon after it exits (a worker pool's processes included)
+        proc.leftover = True
+        for _ in range(50):
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                proc.leftover = False
+                break
+            time.sleep(0.2)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # the app and what it started, if still there
@@ -172,15 +181,18 @@ def test_four_concurrent_sqlite_writers_lose_nothing(tmp_path, monkeypatch):
 def test_a_killed_parallel_worker_is_recorded_and_the_sweep_goes_on_ci(store, tmp_path):
     """hydra/launcher=local_parallel: the worker training seed 1 is killed with SIGKILL. loky ends
     its pool with the jobs it was running; their reruns are recorded KILLED, the lost jobs run
-    again, and the sweep ends with every seed finished and one card."""
+    again, and the sweep ends with every seed finished and one card, exit 1 (a worker was lost),
+    leaving no process behind."""
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     sweep_dir = tmp_path / "sweep"
     proc, out, pid = _sweep_killing(
         ["-m", "hydra/launcher=local_parallel", "seed=range(3)", f"hydra.sweep.dir={sweep_dir}",
          *_fault_args(max_steps=600)],
         tmp_path, store, sweep_dir, seed=1, after_s=0.2, output=tmp_path / "sweep.log")
-    assert proc.returncode == 0, out[-3000:]
+    assert proc.returncode == 1, out[-3000:]
     assert "Traceback" not in out and "a worker died" in out
+    assert "were killed and run again: seed " in out, out[-3000:]
+    assert not proc.leftover
     assert pid != proc.pid
     seeds = _by_seed(_runs(store))
     assert sorted(seeds) == [0, 1, 2]

@@ -258,6 +258,7 @@ class RecipeAuditCallback(Callback):
         self.sweep = sweep
         self._launcher = str(OmegaConf.select(config, "hydra.launcher._target_") or "")
         atexit.register(self._abandoned)
+        self._launched_ms = int(time.time() * 1000)  # this launch's attempts start from here
         self._progress = _Progress(os.getpid(), len(_launched_seeds(config, self.seed_key, sweep))
                                    * (_n_recipes(config, self.seed_key) or 1))
         from recipe_audit.store.uris import mask_credentials
@@ -406,6 +407,11 @@ class RecipeAuditCallback(Callback):
                               for s, r, st in failed)
             _stop(f"{len(failed)} {self.failed_noun} of sweep {sweep.sweep_id} did not finish: {which}; "
                   f"{self.failed_consequence}.", code=1)
+        killed = tracking.killed_attempts(sweep, since_ms=getattr(self, "_launched_ms", 0), kind=self.run_kind)
+        if killed:  # a worker lost (out of memory, a node gone): run again and finished, but said
+            _stop(f"{len(killed)} attempt(s) of sweep {sweep.sweep_id} were killed and run again: "
+                  f"{', '.join(f'seed {s}' for s in killed)}; every seed finished and the card counts the finished "
+                  "attempts, but a worker was lost: look at the machine's memory and logs.", code=1)
 
     def _cards(self, sweep, config: DictConfig) -> None:
         from recipe_audit.cards.model import CardError

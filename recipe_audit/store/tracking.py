@@ -969,6 +969,19 @@ def failed_reruns(info: SweepInfo, kind: str = keys.KIND_RERUN) -> list[tuple[in
     return sorted(out, key=str)
 
 
+def killed_attempts(info: SweepInfo, since_ms: int, kind: str = keys.KIND_RERUN) -> list[int | str]:
+    """The seeds of ``info`` with an attempt started since ``since_ms`` that ended KILLED (its
+    process died: a killed worker, whose job the launcher ran again)."""
+    client = _client(info.tracking_uri)
+    exp = client.get_experiment_by_name(info.experiment_name)
+    if exp is None:
+        return []
+    filt = (f"tags.`{keys.TAG_SWEEP_ID}` = '{info.sweep_id}' and tags.`{keys.TAG_KIND}` = '{kind}' "
+            f"and attributes.status = 'KILLED' and attributes.start_time >= {int(since_ms)}")
+    seeds = {run.data.tags.get(keys.TAG_SEED, "?") for run in _search_all(client, exp.experiment_id, filt)}
+    return sorted((int(s) if s.lstrip("-").isdigit() else s for s in seeds), key=str)
+
+
 def sweep_runs(info: SweepInfo, kind: str, status: str | None = "FINISHED") -> list:
     """The runs of ``info`` whose ``recipe_audit.kind`` is ``kind`` (and status ``status``; None: any)."""
     client = _client(info.tracking_uri)
