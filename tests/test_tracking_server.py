@@ -241,8 +241,9 @@ def test_server_gone_mid_sweep_stops_clearly_and_resumes(server, tmp_path):
     from mlflow.tracking import MlflowClient
 
     uri, d, start = server
-    creds = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": "s3cret-Admin-pw",
-             "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+    # MLflow's own retry settings left unset: the sweep bounds them for its processes (each later
+    # seed spent about 4 minutes in MLflow's retries before)
+    creds = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": "s3cret-Admin-pw"}
     sweep_dir = tmp_path / "sweep"
     args = ["-m", "seed=range(8)", f"hydra.sweep.dir={sweep_dir}", *SMALL]
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", **ENV, **creds}
@@ -261,7 +262,9 @@ def test_server_gone_mid_sweep_stops_clearly_and_resumes(server, tmp_path):
                                               "tags.`recipe_audit.kind` = 'rerun'")
         assert len(finished) >= 2, "the sweep did not get going"
         procs.run([sys.executable, str(SCRIPT), "stop", "--dir", str(d)], timeout=120, check=True)
+        stopped = time.monotonic()
         out, err = proc.communicate(timeout=procs.timeout(300))
+        took = time.monotonic() - stopped
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -269,6 +272,7 @@ def test_server_gone_mid_sweep_stops_clearly_and_resumes(server, tmp_path):
             os.environ.pop(k, None)
     assert proc.returncode == 2, err[-3000:]
     assert "relaunch the same command with tracking.resume=true" in err
+    assert took < procs.timeout(60), took  # within a minute of the server's end
     start()  # the server is back, same store
     os.environ.update({k: v for k, v in creds.items() if k.startswith("MLFLOW_TRACKING")})
     try:
