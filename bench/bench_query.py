@@ -334,7 +334,7 @@ def time_card(db: Path, out: Path) -> tuple[float, int, str]:
     import subprocess
 
     cmd = [sys.executable, "-m", "recipe_audit.cli", "card", "--experiment-name", EXPERIMENT,
-           "--tracking-uri", f"sqlite:///{db}", "--no-log", "--out", str(out)]
+           "--tracking-uri", f"sqlite:///{db}", "--out", str(out)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     return time.perf_counter() - t0, proc.returncode, (proc.stdout + proc.stderr)[-600:]

@@ -99,7 +99,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also log the card in MLflow, one card run per cell beside its reruns (a cell whose card, "
                         "from the same reruns with the same options, is already logged reuses that run); by "
                         "default nothing is written to the store")
-    c.add_argument("--no-log", action="store_true", help=argparse.SUPPRESS)  # the default since --log-run
     c.add_argument("--split-audit", action="store_true", help="add the held-out split audit")
     c.add_argument("--responsiveness", action="store_true", help="add the evidence-responsiveness plot")
     c.add_argument("--splits", type=whole(1, SPLITS_MAX), default=1000,

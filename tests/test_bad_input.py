@@ -21,7 +21,7 @@ from helpers.store import synthetic_sweep
 from recipe_audit import keys
 
 B = ["bound", "-k", "1", "-n", "5"]  # a valid bound, varied one option at a time below
-C = ["card", "--experiment-name", "exp", "--tracking-uri", "{uri}", "--no-log"]
+C = ["card", "--experiment-name", "exp", "--tracking-uri", "{uri}"]
 
 BOUND = [
     (["bound"], 2, "the following arguments are required: --failures/-k, --reruns/-n"),
@@ -96,8 +96,8 @@ BOUND = [
 CARD = [
     (["card"], 2, "the following arguments are required: --experiment-name"),
     (["card", "--experiment-name", "", "--tracking-uri", "{uri}"], 2, "--experiment-name must name an experiment"),
-    (["card", "--experiment-name", "nope", "--tracking-uri", "{uri}", "--no-log"], 2, "No experiment named 'nope'"),
-    (["card", "--experiment-name", "empty", "--tracking-uri", "{uri}", "--no-log"], 2, "has no runs"),
+    (["card", "--experiment-name", "nope", "--tracking-uri", "{uri}"], 2, "No experiment named 'nope'"),
+    (["card", "--experiment-name", "empty", "--tracking-uri", "{uri}"], 2, "has no runs"),
     (["card", "--experiment-name", "exp", "--tracking-uri", "foo://bar"], 2,
      "The tracking URI foo://bar has the scheme 'foo', which MLflow cannot read"),
     (["card", "--experiment-name", "exp", "--tracking-uri", "s3://bucket/x"], 2, "has the scheme 's3'"),
@@ -106,7 +106,7 @@ CARD = [
     (["card", "--experiment-name", "exp", "--tracking-uri", "sqlite:///{tmp}"], 2, "is a directory"),
     (["card", "--experiment-name", "exp", "--tracking-uri", "sqlite://relative.db"], 2,
      "A SQLite tracking URI is sqlite:///PATH"),
-    (["card", "--experiment-name", "exp", "--tracking-uri", "sqlite:///{file}", "--no-log"], 2,
+    (["card", "--experiment-name", "exp", "--tracking-uri", "sqlite:///{file}"], 2,
      "Cannot read MLflow's tables"),
     (["card", "--experiment-name", "exp", "--tracking-uri", "http://127.0.0.1:9"], 2, "is not reachable"),
     (["card", "--experiment-name", "exp", "--tracking-uri", "{ro_uri}", "--log-run"], 2,
@@ -127,7 +127,7 @@ CARD = [
     (C + ["--audit", "a,b"], 2, "without a comma, not 'a,b'"),
     (C + ["--metric", "accuracy/calibration", "--audit", "calibration"], 2, "Give --metric or --audit/--all-audits"),
     (C + ["--metric", "accuracy/calibration", "--all-audits"], 2, "not both"),
-    (["card", "--experiment-name", "mine", "--tracking-uri", "{uri}", "--no-log", "--seed-key", "params.seed",
+    (["card", "--experiment-name", "mine", "--tracking-uri", "{uri}", "--seed-key", "params.seed",
       "--all-audits"], 2,
      "says which audit sets it was scored on"),
     (C + ["--group-by", "params.nope"], 2,
@@ -283,7 +283,7 @@ def test_a_tie_is_a_tie(capsys):
 
 def test_tau_beyond_the_values_of_a_users_metric_is_noted(places, capsys, tmp_path):
     """Not an error (the answer is well defined), but said: every finished rerun passes it."""
-    rc, out, err = run_cli(["card", "--experiment-name", "mine", "--tracking-uri", places["uri"], "--no-log",
+    rc, out, err = run_cli(["card", "--experiment-name", "mine", "--tracking-uri", places["uri"],
                             "--metric", "val_acc", "--seed-key", "params.seed", "--tau", "-3"], capsys)
     assert rc == 0, err
     assert "recipe-audit: note: tau = -3 lies below every value of 'val_acc'" in err

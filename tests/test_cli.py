@@ -168,8 +168,7 @@ def test_card_bad_input_writes_nothing(args, needle, store, tmp_path, capsys):
 def test_mixed_recipes_with_one_expected(store, capsys):
     synthetic_sweep(store, {s: 0.9 for s in range(5)}, recipe_id="a" * 16, extra_params={"model_name": "m"})
     synthetic_sweep(store, {s: 0.9 for s in range(5)}, recipe_id="b" * 16, extra_params={"model_name": "m"})
-    rc, out, err = run_cli(["card", "--experiment-name", "exp", "--group-by", "params.model_name",
-                            "--no-log"], capsys)
+    rc, out, err = run_cli(["card", "--experiment-name", "exp", "--group-by", "params.model_name"], capsys)
     assert rc == 2 and "Runs of 2 recipes are mixed in the cell params.model_name=m" in err
-    rc, out, err = run_cli(["card", "--experiment-name", "exp", "--recipe-id", "c" * 16, "--no-log"], capsys)
+    rc, out, err = run_cli(["card", "--experiment-name", "exp", "--recipe-id", "c" * 16], capsys)
     assert rc == 2 and "No rerun of recipe" in err

@@ -119,7 +119,7 @@ def test_shift_cards_side_by_side(store, capsys, tmp_path):
     # the audit sets the reruns were scored on, calibration first; the CLI puts them side by side
     assert scored_audit_sets(CardRequest(experiment="exp", tracking_uri=store)) == AUDITS
     out = tmp_path / "card.json"
-    rc = main(["card", "--experiment-name", "exp", "--all-audits", "--json", str(out), "--no-log"])
+    rc = main(["card", "--experiment-name", "exp", "--all-audits", "--json", str(out)])
     printed = capsys.readouterr().out
     assert rc == 0 and "Shift: calibration audit vs target audits" in printed and "refused-shift (not scored)" in printed
     assert json.loads(out.read_text())["shift"] == doc["shift"]

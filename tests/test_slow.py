@@ -26,7 +26,7 @@ def test_ci_sweep_ends_with_a_card(tmp_path, store):
     assert all(e["n_reruns"] == 25 for e in card["cells"])
     out = tmp_path / "again.json"
     rc = procs.run([sys.executable, "-m", "recipe_audit.cli", "card", "--experiment-name", "recipe_audit",
-                         "--tau", "0.6", "0.7", "--json", str(out), "--no-log"], capture_output=True, text=True)
+                         "--tau", "0.6", "0.7", "--json", str(out)], capture_output=True, text=True)
     assert rc.returncode == 0, rc.stderr
     again = json.loads(out.read_text())
     for a, b in zip(card["cells"], again["cells"], strict=True):

@@ -3,9 +3,9 @@
 Every process runs the same Hydra sweep in lock-step and trains each rerun data-parallel; only
 the main process (rank 0) touches the tracking store: it opens the sweep's parent run, each
 rerun's run, and computes the card. Decisions that depend on the store (resume: is this seed
-already finished? could the store be opened at all?) are taken by the main process and
-broadcast, so every process takes the same branch and the collective operations of training
-stay matched.
+already finished?) are read by every process from the same store before the main process writes
+to it, so every process takes the same branch and the collective operations of training stay
+matched.
 
 The processes are the ones ``accelerate launch`` or ``torchrun`` start (``WORLD_SIZE``,
 ``RANK``); a single process (no ``WORLD_SIZE``) imports nothing here. On CPU processes (a test
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from functools import cache
-from typing import Any
 
 from recipe_audit.errors import first_line
 
@@ -62,14 +61,3 @@ def rank() -> int:
 
 def is_main_process() -> bool:
     return rank() == 0
-
-
-def broadcast_from_main(obj: Any) -> Any:
-    """The main process's ``obj`` on every process (picklable; ``obj`` itself when alone)."""
-    if world_size() == 1:
-        return obj
-    from accelerate.utils import broadcast_object_list
-
-    box = [obj]
-    broadcast_object_list(box, from_process=0)
-    return box[0]

@@ -154,11 +154,6 @@ def _reusable(client, tracking_uri: str, experiment_id: str, key: str,
     return None
 
 
-def log_card_runs_with_digests(doc: dict[str, Any], tracking_uri: str, experiment: str) -> list[tuple[str, str]]:
-    """:func:`log_card_runs`, returning (run id, digest of the ``card.json`` logged in it) per cell."""
-    return [(c.run_id, c.digest) for c in log_cell_card_runs(doc, tracking_uri, experiment)]
-
-
 def log_cell_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str, *, reuse: bool = True,
                        attached_to: str | None = None, tag_reruns: bool = True) -> list[LoggedCard]:
     """:func:`log_card_runs`, one :class:`LoggedCard` per cell. With ``reuse``, a cell whose card

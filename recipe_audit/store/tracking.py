@@ -876,21 +876,6 @@ def reopen_sweep(store: Store, planned_seeds: Iterable[int], sweep_dir: Path,
     return info
 
 
-def finished_rerun(store: Store, recipe_id: str, seed: int, metric: str,
-                   sweep: SweepInfo | None = None) -> Any | None:
-    """A FINISHED rerun of this recipe identity and seed whose ``metric`` is finite (of ``sweep``
-    when given: the card of a sweep reads that sweep's reruns), or None. What ``resume`` skips."""
-    filt = (f"tags.`{keys.TAG_RECIPE_ID}` = '{recipe_id}' and tags.`{keys.TAG_SEED}` = '{int(seed)}' "
-            f"and tags.`{keys.TAG_KIND}` = '{keys.KIND_RERUN}' and attributes.status = 'FINISHED'")
-    if sweep is not None:
-        filt += f" and tags.`{keys.TAG_SWEEP_ID}` = '{sweep.sweep_id}'"
-    for run in store.client.search_runs([store.experiment_id], filter_string=filt, max_results=50):
-        value = run.data.metrics.get(metric)
-        if value is not None and math.isfinite(value):
-            return run
-    return None
-
-
 def _process_alive(host: str | None, pid: str | None) -> bool:
     """Whether the process that opened a rerun still runs (True when it ran on another host or
     its pid is unknown: only a process of this host can be looked at)."""
@@ -1135,15 +1120,6 @@ def sweep_run_name(sweep_id: str, entries: list[dict[str, Any]]) -> str:
     if len(verdict) + len(tail) > 250:  # MLflow's run_name column holds 250
         verdict = verdict[:249 - len(tail)] + "…"
     return verdict + tail
-
-
-def tag_rerun_bars(store: Store, run_id: str, tags: Mapping[str, str]) -> None:
-    """Pass/fail tags of one rerun (``recipe_audit.fails.accuracy/calibration.tau_0.7 = true``,
-    :func:`recipe_audit.keys.fails_tag`), so a search lists the failures."""
-    from mlflow.entities import RunTag
-
-    if tags:
-        store.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
 
 # ------------------------------------------------------------------------------------------

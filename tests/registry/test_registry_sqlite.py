@@ -521,7 +521,7 @@ def test_a_card_of_the_users_own_metric_gates_without_audit(copy, capsys):
     with use_tracking_uri(uri):
         client.create_model_version("byo-clf", source, run_id=runs[0])
     rc, _, err = run_cli(["card", "--experiment-name", "byo", "--metric", "val_acc", "--seed-key", "params.seed",
-                          "--json", "byo.json", "--no-log", "--tracking-uri", uri], capsys)
+                          "--json", "byo.json", "--tracking-uri", uri], capsys)
     assert rc == 0, err
     assert json.loads((tmp / "byo.json").read_text())["cells"][0]["audit_set"] == "val_acc"
     rc, out, err = run_cli(["attach", "--model-name", "byo-clf", "--version", "1", "--card", "byo.json",
