@@ -6,6 +6,7 @@ stats -> cards -> store / registry, with one door to each framework.
   and OmegaConf;
 * ``recipe_audit.store`` is the only importer of MLflow and SQLAlchemy;
 * ``recipe_audit.stats`` imports the standard library, NumPy and SciPy only;
+* ``recipe_audit.keys`` and ``recipe_audit.errors`` import the standard library only;
 * ``recipe_audit.cards`` and ``recipe_audit.stats`` import no training code (torch & co.);
 * ``recipe_audit.cards`` builds, renders and checks cards from data it is given: it does not read
   the store (``recipe_audit.release`` computes cards from the store, on top of both);
@@ -105,6 +106,15 @@ def test_cards_do_not_read_the_store():
     rooms = ("recipe_audit.store", "recipe_audit.release", "recipe_audit.app")
     bad = [f"{name}:{line} imports {mod}" for name, found in IMPORTS.items() if _in(name, "recipe_audit.cards")
            for mod, line in found if _in(mod, *rooms)]
+    assert bad == []
+
+
+def test_keys_and_errors_import_the_standard_library_only():
+    """``keys`` (the store's names) and ``errors`` (one sentence from an error) sit under every
+    room that imports them: nothing of the package, no third-party library."""
+    stdlib = sys.stdlib_module_names
+    bad = [f"{name}:{line} imports {mod}" for name in ("recipe_audit.keys", "recipe_audit.errors")
+           for mod, line in IMPORTS[name] if _top(mod) not in stdlib]
     assert bad == []
 
 
