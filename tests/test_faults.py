@@ -314,3 +314,36 @@ def test_a_new_sqlite_store_is_created_safely_while_a_plain_client_creates_it(tm
         assert child.returncode == 0, err[-2000:]
         assert store.client.get_experiment_by_name(f"exp{i}") is not None
         assert not list((tmp_path / f"store{i}").glob(".mlflow.db.*.new"))
+
+
+def test_a_full_disk_stops_the_sweep_in_one_sentence(tmp_path, store, monkeypatch):
+    """The store's disk fills while seed 1 closes its rerun: one sentence naming the way out, no
+    traceback (MLflow's SQL store logged one per failed write: 14 in one sweep), nothing left
+    RUNNING, exit 2. The full disk is played in process (a 6 MB tmpfs gave the same sentence, by
+    hand: mount needs root)."""
+    import logging
+    import sqlite3
+
+    from helpers.app import SMALL
+    from helpers.inprocess import run_module_here
+    from mlflow.tracking import MlflowClient
+
+    real = tracking.close_rerun
+
+    def filling(store_, run_id, **kw):
+        if store_.client.get_run(run_id).data.tags.get(keys.TAG_SEED) == "1":
+            err = sqlite3.OperationalError("database or disk is full")
+            logging.getLogger("mlflow.store.db.utils").error("SQLAlchemy database error.", exc_info=err)
+            raise RuntimeError("(sqlite3.OperationalError) database or disk is full") from err
+        return real(store_, run_id, **kw)
+
+    monkeypatch.setattr(tracking, "close_rerun", filling)
+    proc = run_module_here(["-m", "seed=range(3)", *SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("recipe_audit: error")]
+    assert len(errors) == 1 and "is full" in errors[0] and "seed 1 and the sweep stop here" in errors[0]
+    assert "tracking.resume=true" in errors[0]
+    runs = MlflowClient(store).search_runs([MlflowClient(store).get_experiment_by_name("recipe_audit").experiment_id])
+    assert "RUNNING" not in [r.info.status for r in runs]
+    assert sorted(r.data.tags.get(keys.TAG_SEED, "") for r in runs if r.data.tags.get(keys.TAG_KIND) == "rerun") == ["0", "1"]

@@ -559,13 +559,20 @@ class RecipeAuditCallback(Callback):
         failed = job_return.status == JobStatus.FAILED
         error = job_return._return_value if failed else None
         returned = None if failed else job_return._return_value
-        outcome = tracking.close_rerun(store, job.rerun.run_id, params=job.params,
-                                       returned=_returned_metrics(returned, self.metrics),
-                                       error=error if isinstance(error, BaseException) else None,
-                                       metrics=self.metrics,
-                                       tags_for=lambda o: {**job.rerun.tags, **self.bar_tags(o)},
-                                       no_metric=(lambda missing: _no_metric(returned, missing, self.metrics))
-                                       if self.run_kind == KIND_RERUN else None)
+        try:
+            outcome = self._close_in_store(store, job, returned, error)
+        except Exception as exc:
+            if tracking.disk_full(exc):  # every later write fails the same way: one sentence, stop
+                try:  # a small update may still fit: nothing left RUNNING where it can be helped
+                    store.client.set_terminated(job.rerun.run_id, "FAILED")
+                except Exception:  # noqa: BLE001 - the disk is full
+                    pass
+                if getattr(self, "sweep", None) is not None:  # the sweep's own process: its parent too
+                    self._abandoned()
+                _stop(f"The disk of the tracking store {store.uri} is full ({_one_line(exc)[:200]}); seed "
+                      f"{job.rerun.seed} and the sweep stop here. Free space, then relaunch the same command with "
+                      "tracking.resume=true (the seeds that finished are kept).")
+            raise
         outcome["recipe_id"] = job.rerun.recipe_id
         job_return.recipe_audit = outcome  # read by recipe_audit's curtailing sweeper
         self._report(job, outcome)
@@ -575,6 +582,17 @@ class RecipeAuditCallback(Callback):
             # the rerun is recorded as FAILED; the sweep goes on (see the module docstring)
             job_return.status = JobStatus.COMPLETED
             job_return._return_value = None
+
+    def _close_in_store(self, store, job: _Job, returned: Any, error: Any) -> dict[str, Any]:
+        from recipe_audit.store import tracking
+
+        return tracking.close_rerun(store, job.rerun.run_id, params=job.params,
+                                       returned=_returned_metrics(returned, self.metrics),
+                                       error=error if isinstance(error, BaseException) else None,
+                                       metrics=self.metrics,
+                                       tags_for=lambda o: {**job.rerun.tags, **self.bar_tags(o)},
+                                       no_metric=(lambda missing: _no_metric(returned, missing, self.metrics))
+                                       if self.run_kind == KIND_RERUN else None)
 
     def fails(self, outcome: dict[str, Any], metric: str) -> list[bool]:
         """Per τ: does this rerun fail the bar? One that did not finish, or never logged the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import posixpath
@@ -136,6 +137,7 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
     uri = resolve_tracking_uri(uri)
     if uri.startswith(("http://", "https://")):
         bound_http_retries()
+    quiet_store_errors()
     key = (uri, experiment_name)
     if key in _STORES:
         return _STORES[key]
@@ -257,6 +259,38 @@ def _first_look(uri: str, experiment_name: str):
     if uri.startswith("sqlite:///"):
         _commit_without_sync(uri)
     return exp
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) says the store's disk is full (SQLite's "database or disk
+    is full", ENOSPC)."""
+    import errno
+
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return True
+        if "disk is full" in str(exc) or "No space left on device" in str(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__ or getattr(exc, "orig", None), seen + 1
+    return False
+
+
+class _OneLine(logging.Filter):
+    """MLflow's SQL store logs each database error with its whole traceback before raising it
+    (14 tracebacks for a full disk in one sweep): the record keeps its first line; what is raised
+    is said once, by recipe_audit, in a sentence."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_store_errors() -> None:
+    """Install :class:`_OneLine` on MLflow's SQL store logger (once a process)."""
+    logger = logging.getLogger("mlflow.store.db.utils")
+    if not any(isinstance(f, _OneLine) for f in logger.filters):
+        logger.addFilter(_OneLine())
 
 
 def check_store_file(uri: str) -> None:
