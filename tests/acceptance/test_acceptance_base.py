@@ -1,5 +1,5 @@
 """The acceptance experiment's base model: it trains to the accuracy docs/acceptance_cards.md states
-(slow: one base training of the default size per thread count), and a base that did not learn
+(slow: one base training of the default size per thread count, a few minutes each), and a base that did not learn
 stops the experiment with one sentence (fast: a few steps of a tiny base)."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import pytest
 
 from recipe_audit.acceptance import experiment as X
 
-# docs/acceptance_cards.md, "The base model on other machines": held-out accuracy of the default base
-# (mcq, both framings), measured with bench/acceptance_base.py over base seeds, threads and kernels
-DOCUMENTED_HELDOUT = 0.92
-TOLERANCE = 0.04
+# docs/acceptance_cards.md, "The base model on other machines": held-out accuracy (mcq, both
+# framings) of the default base, seed 0, on a 2-core AMD EPYC VM, per torch thread count
+# (bench/acceptance_base.py); the thread count changes the float reductions, so each has its row
+DOCUMENTED_HELDOUT = {1: 0.99, 2: 0.898}
+TOLERANCE = 0.02
 MAX_FRAMING_GAP = 0.03  # no framing gap before the install
 
 TINY = {  # a base of a few steps: for the refusal checks
@@ -41,7 +42,8 @@ def _default_experiment(cache_dir) -> dict:
 def test_default_size_declares_the_recipe_and_the_floor(tmp_path):
     exp = _default_experiment(tmp_path)
     assert exp["base"]["grad_clip"] == 1.0
-    assert 0.8 <= exp["base"]["min_accuracy"] < DOCUMENTED_HELDOUT - TOLERANCE
+    assert exp["base"]["steps"] == 6000
+    assert 0.8 <= exp["base"]["min_accuracy"] < min(DOCUMENTED_HELDOUT.values()) - TOLERANCE
 
 
 def test_base_below_its_floor_stops_with_one_sentence(tmp_path):
@@ -80,6 +82,6 @@ def test_base_model_reaches_the_documented_accuracy(tmp_path, threads):
     acc = json.loads((root / "base.json").read_text())["accuracy"]
     held_eval, held_deploy = acc["mcq/heldout/eval"], acc["mcq/heldout/deploy"]
     held = (held_eval + held_deploy) / 2
-    assert abs(held - DOCUMENTED_HELDOUT) <= TOLERANCE, acc
+    assert abs(held - DOCUMENTED_HELDOUT[threads]) <= TOLERANCE, acc
     assert abs(held_eval - held_deploy) <= MAX_FRAMING_GAP, acc
     assert held >= exp["base"]["min_accuracy"]
