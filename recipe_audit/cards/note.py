@@ -27,6 +27,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from recipe_audit import stats
+from recipe_audit.stats.exact import shown_beside
+
 NOTE_BEGIN = "<!-- recipe_audit cards: begin; rewritten whenever a card is logged, text outside the markers is kept -->"
 NOTE_END = "<!-- recipe_audit cards: end -->"
 MAX_ROWS = 8  # one line per card; the card runs hold the rest
@@ -55,7 +58,8 @@ def note_rows(entries: Iterable[Mapping[str, Any]], when: str) -> list[dict[str,
         rows.append({"recipe": str(e.get("label") or e.get("recipe_id") or ""), "recipe_id": e.get("recipe_id"),
                      "group": sorted((e.get("group") or {}).items()),
                      "metric": str(e.get("audit_set") or e.get("metric") or ""), "tau": float(e["tau"]),
-                     "k": e.get("n_failures"), "n": e.get("n_reruns"), "upper_bound": upper, "verdict": verdict,
+                     "k": e.get("n_failures"), "n": e.get("n_reruns"), "upper_bound": upper, "eps": e.get("eps"),
+                     "verdict": verdict,
                      "reading": reading, "pointwise": e["verdict"] if reading else None, "time": when})
     return rows
 
@@ -90,9 +94,15 @@ def note_line(row: Mapping[str, Any]) -> str:
     recipe = str(row.get("recipe") or "").replace("`", "'")
     recipe = f"`{recipe}`" if recipe.startswith("recipe") else f"recipe `{recipe}`"  # labels may say it
     k, n = row.get("k"), row.get("n")
-    u = row.get("upper_bound")
+    u, eps = row.get("upper_bound"), row.get("eps")
+    if u is None:
+        u_text = "—"
+    elif eps is None:  # a row written before rows kept their ε
+        u_text = f"{float(u):.3f}"
+    else:  # never on the wrong side of ε beside its verdict
+        u_text = shown_beside(float(u), float(eps), above=row["verdict"] != stats.SUPPORTED, digits=3, fixed=True)
     parts = [verdict, recipe, str(row.get("metric") or ""), f"τ {float(row['tau']):g}",
-             f"{'—' if k is None else k}/{n} failed", f"U {'—' if u is None else f'{float(u):.3f}'}",
+             f"{'—' if k is None else k}/{n} failed", f"U {u_text}",
              str(row.get("time") or "")]
     return "- " + " · ".join(p for p in parts if p)
 

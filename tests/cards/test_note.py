@@ -101,3 +101,11 @@ def test_the_store_keeps_the_latest_rows_and_leaves_a_full_description_alone(sto
     client.set_experiment_tag(exp_id, TAG_NOTE, full)
     assert publish_experiment_note(store, "exp", [_entry()]) is None
     assert client.get_experiment(exp_id).tags[TAG_NOTE] == full
+
+
+def test_a_line_never_prints_u_on_the_wrong_side_of_eps():
+    """Three decimals would print 0.100 beside unsupported at ε = 0.1; the line prints enough."""
+    row = note.note_rows([_entry(verdict="unsupported", upper_bound=0.1000081, eps=0.1)], "t")[0]
+    assert "U 0.10001 ·" in note.note_line(row)
+    ok = note.note_rows([_entry(verdict="release-supported", upper_bound=0.0712, eps=0.1)], "t")[0]
+    assert "U 0.071 ·" in note.note_line(ok)
