@@ -295,7 +295,7 @@ def test_a_new_sqlite_store_is_created_safely_while_a_plain_client_creates_it(tm
              "while time.time() < t: time.sleep(0.001)\n"
              "from mlflow.tracking import MlflowClient\n"
              "MlflowClient(sys.argv[1]).search_experiments()\n")
-    for i in range(2):
+    for i in range(1):  # failed 4 times in 4 before the fix; the slow suite need not repeat it
         uri = f"sqlite:///{tmp_path / f'store{i}' / 'mlflow.db'}"
         (tmp_path / f"store{i}").mkdir()
         at = time.time() + 6.0  # the child imports MLflow meanwhile
