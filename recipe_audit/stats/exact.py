@@ -557,7 +557,8 @@ def _exact_cdf_at_most(k: int, n: int, e: float, d: float) -> bool | None:
 
 def _below_budget(k: int, n: int, e: float, d: float) -> bool:
     """``U(k, n) <= eps`` for ``1 <= k``, decided as ``P(Binomial(n, eps) <= k) <= delta``; a tail
-    within rounding of ``delta`` is decided again in rational arithmetic (an exact tie certifies)."""
+    within rounding of ``delta`` is decided again in rational arithmetic (an exact tie certifies),
+    or refused (:class:`StatsInputError`) where that sum would be too large to take."""
     if k >= n or n * e <= k:  # U = 1, or the median of Binomial(n, eps) is <= k: P(X <= k) >= 1/2
         return False
     try:
@@ -568,8 +569,12 @@ def _below_budget(k: int, n: int, e: float, d: float) -> bool:
         gap = math.log(tail) - math.log(d) if tail > 0 else -math.inf
     if abs(gap) <= _TIE_BAND:
         decided = _exact_cdf_at_most(k, n, e, d)
-        if decided is not None:
-            return decided
+        if decided is None:  # too close to delta for floating point, too large to sum exactly
+            raise StatsInputError(
+                f"P(Binomial({n}, eps) <= {k}) is within a relative {_TIE_BAND:g} of delta, too close to "
+                f"decide in floating point and too large to sum exactly at N = {n}, k = {k}; no verdict "
+                "is given rather than a possibly wrong one (a slightly different eps or delta decides it).")
+        return decided
     return gap <= 0
 
 

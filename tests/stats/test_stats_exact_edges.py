@@ -196,3 +196,19 @@ def test_the_array_verdicts_decide_ties_as_the_scalar_one(k, n, eps):
         got = verdict_array([k, k, 0], [n, n + 1, n], Typed(eps), Typed(d) if isinstance(d, str) else d)
         assert got.tolist() == [verdict(k, n, eps, d), verdict(k, n + 1, eps, d), verdict(0, n, eps, d)]
         assert got[0] == "release-supported"
+
+
+def test_a_tie_too_large_to_sum_exactly_is_refused_not_guessed(monkeypatch, capsys):
+    """Where the exact rational sum would be too large to take, a tail within rounding of δ is
+    refused in one sentence, not decided in floating point (shown by lowering the size limit on
+    a tie small enough to check: with the limit, it certifies exactly)."""
+    text = _decimal(_cdf(1, 20, Fraction("0.1")))
+    assert verdict(1, 20, "0.1", text) == "release-supported"
+    monkeypatch.setattr(exact, "_EXACT_TIE_BITS", 1)
+    with pytest.raises(exact.StatsInputError, match=r"too close to decide in floating point"):
+        verdict(1, 20, "0.1", text)
+    far = _decimal(_cdf(1, 20, Fraction("0.1")) / 2)  # far from the tie: decided as before
+    assert verdict(1, 20, "0.1", far) == "unsupported"
+    assert main(["bound", "-k", "1", "-n", "20", "--eps", "0.1", "--delta", text]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no verdict is given" in err and "Traceback" not in err
