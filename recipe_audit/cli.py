@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--delta", type=risk, default=DEFAULT_DELTA,
                    help=f"statistical risk δ, strictly between 0 and 0.5 (default {DEFAULT_DELTA:.2f})")
     c.add_argument("--lower-is-better", action="store_true", help="the metric is a loss: fail when > τ")
-    c.add_argument("--unfinished", choices=("fail", "refuse"), default="fail",
+    c.add_argument("--unfinished", default="fail", metavar="{fail,refuse}",
                    help="unfinished reruns count as failures (fail, the default) or refuse the card")
     c.add_argument("--recipe-id", default=None, help="only this recipe identity (default: every recipe)")
     c.add_argument("--sweep-id", default=None, help="only the reruns of this sweep (default: every sweep)")

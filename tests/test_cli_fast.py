@@ -117,3 +117,13 @@ def test_the_command_words_python_m_forwards_are_the_clis_commands():
 
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     assert sorted(_CLI_COMMANDS) == sorted(sub.choices)
+
+
+def test_unfinished_is_checked_by_the_one_validator(capsys, tmp_path, monkeypatch):
+    """A bad --unfinished gets the validator's sentence (as the API and the apps), not argparse's."""
+    from recipe_audit.cli import main
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert main(["card", "--experiment-name", "x", "--unfinished", "skip"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "recipe-audit: error: --unfinished must be 'fail' or 'refuse', not 'skip'."
