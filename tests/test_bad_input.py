@@ -140,7 +140,7 @@ CARD = [
     (C + ["--recipe-id", "nope"], 2, "No rerun of recipe 'nope'"),
     (C + ["--sweep-id", "nope"], 2, "No rerun of sweep 'nope'"),
     (C + ["--unfinished", "refuse"], 2, "The card refuses"),
-    (C + ["--unfinished", "maybe"], 2, "argument --unfinished: invalid choice: 'maybe'"),
+    (C + ["--unfinished", "maybe"], 2, "--unfinished must be 'fail' or 'refuse', not 'maybe'."),
     (C + ["--band-method", "nope"], 2, "argument --band-method: invalid choice: 'nope'"),
     (C + ["--split-audit", "--splits", "0"], 2, "argument --splits: '0' must lie between 1 and 100000"),
     (C + ["--splits", "-1"], 2, "must lie between 1 and 100000"),
