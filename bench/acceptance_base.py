@@ -25,12 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from acceptance_tables import cpu_model  # bench/ is on sys.path when a bench script runs
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = {
@@ -57,17 +58,6 @@ info = json.loads((root / "base.json").read_text())
 print(json.dumps({"accuracy": info["accuracy"], "final_loss": info["final_loss"],
                   "train_seconds": info["train_seconds"], "capability": torch.backends.cpu.get_cpu_capability()}))
 """
-
-
-def cpu_model() -> str:
-    """The CPU's model name as /proc/cpuinfo gives it (the platform's processor string elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def heldout(acc: dict) -> float:
