@@ -27,8 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from recipe_audit import stats
-from recipe_audit.stats.exact import shown_beside
+from recipe_audit.cards.render import shown_u
 
 NOTE_BEGIN = "<!-- recipe_audit cards: begin; rewritten whenever a card is logged, text outside the markers is kept -->"
 NOTE_END = "<!-- recipe_audit cards: end -->"
@@ -95,12 +94,10 @@ def note_line(row: Mapping[str, Any]) -> str:
     recipe = f"`{recipe}`" if recipe.startswith("recipe") else f"recipe `{recipe}`"  # labels may say it
     k, n = row.get("k"), row.get("n")
     u, eps = row.get("upper_bound"), row.get("eps")
-    if u is None:
-        u_text = "—"
-    elif eps is None:  # a row written before rows kept their ε
+    if u is not None and eps is None:  # a row written before rows kept their ε
         u_text = f"{float(u):.3f}"
-    else:  # never on the wrong side of ε beside its verdict
-        u_text = shown_beside(float(u), float(eps), above=row["verdict"] != stats.SUPPORTED, digits=3, fixed=True)
+    else:  # as the card prints it: never on the wrong side of ε beside its verdict
+        u_text = shown_u(None if u is None else float(u), float(eps or 0), row["verdict"])
     parts = [verdict, recipe, str(row.get("metric") or ""), f"τ {float(row['tau']):g}",
              f"{'—' if k is None else k}/{n} failed", f"U {u_text}",
              str(row.get("time") or "")]
