@@ -31,14 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from acceptance_tables import cpu_model  # bench/ is on sys.path when a bench script runs
+from acceptance_tables import KERNELS, cpu_model, kernel_env  # bench/ is on sys.path when a bench script runs
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNELS = {
-    "native": {},
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"},
-    "default": {"ATEN_CPU_CAPABILITY": "default"},
-}
 
 CHILD = r"""
 import json, sys, tempfile
@@ -83,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in a.seeds:
         for threads in a.threads:
             for kernels in a.kernels:
-                env = {**os.environ, **KERNELS[kernels], "PYTHONPATH": str(ROOT)}
+                env = {**kernel_env(kernels), "PYTHONPATH": str(ROOT)}
                 t0 = time.perf_counter()
                 with tempfile.TemporaryDirectory() as cwd:
                     proc = subprocess.run([sys.executable, "-c", CHILD, str(threads), f"experiment.base.seed={seed}",

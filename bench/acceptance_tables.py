@@ -1,12 +1,21 @@
 """Regenerate the numbers and tables of the acceptance page ("What the audit found") from a sweep.
 
     python bench/acceptance_tables.py --run                 # runs the default acceptance sweep, then prints
+    python bench/acceptance_tables.py --run --kernels avx2  # the same under another CPU's float kernels
+    python bench/acceptance_tables.py --run --threads 2     # ... with 2 torch threads per job
     python bench/acceptance_tables.py --sweep-dir DIR       # reads DIR/acceptance_card/ of a finished sweep
+    python bench/acceptance_tables.py --compare DIR DIR ... # verdicts and gates of several sweeps, side by side
 
 ``--run`` runs ``python -m recipe_audit -m experiment=acceptance`` (plus ``--overrides``) in a fresh
-temporary store and sweep directory, as the docs' first command does, and times it. The tables
+temporary store and sweep directory, as the docs' first command does, and times it; the sweep
+directory keeps the environment line in ``bench_environment.json`` for ``--compare``. The tables
 are printed as the docs show them (Markdown), from the sweep's ``acceptance_card.json`` and
 ``base.json`` only: every number of that section of the docs comes from this script's output.
+
+``--kernels`` emulates the float kernels of other CPU kinds on this one (``KERNELS``: ``avx2`` is
+torch's vectorised kernels at AVX2 with MKL's compatible matrix products, ``default`` torch's
+plain C++ kernels); ``--threads`` is the app's ``threads`` option (torch threads per job, 1 by
+default as in ``experiment=acceptance``). ``bench/acceptance_base.py`` uses the same kernels.
 """
 
 from __future__ import annotations
@@ -68,6 +77,20 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+#: Float kernels of other CPU kinds, emulated on this one by environment variables read when torch
+#: (and MKL) load: ``native`` is what torch picks here.
+KERNELS = {
+    "native": {},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"},
+    "default": {"ATEN_CPU_CAPABILITY": "default"},
+}
+
+
+def kernel_env(kernels: str, base: dict | None = None) -> dict:
+    """The environment (``base``, default this process's) with ``kernels``' variables set."""
+    return {**(os.environ if base is None else base), **KERNELS[kernels]}
+
+
 def environment(threads: str) -> str:
     """Where the sweep ran: CPU model and count, torch and its CPU kernels, the reruns' threads."""
     import torch
@@ -78,12 +101,53 @@ def environment(threads: str) -> str:
             f"threads={threads} per job, Python {platform.python_version()}.")
 
 
+ORDER = {"l2sp": 0, "attack_proj": 1, "consistency": 2}  # the page's order of the defenses
+
+
+def _defense(cell: dict) -> str:
+    return cell["label"].rsplit("_s", 1)[0]
+
+
+def _ordered(card: dict) -> list[dict]:
+    return sorted(card["cells"], key=lambda c: (ORDER.get(_defense(c), 9), _defense(c), c["label"]))
+
+
+def defense_summary(card: dict) -> dict[str, dict]:
+    """Per defense: its cells' verdicts (in seed order) and, per gate, on how many of its cells it passes."""
+    out: dict[str, dict] = {}
+    for cell in _ordered(card):
+        row = out.setdefault(_defense(cell), {"verdicts": [], "n": 0, "pass": dict.fromkeys("abcd", 0)})
+        row["verdicts"].append(cell["verdict"])
+        row["n"] += 1
+        for g in "abcd":
+            row["pass"][g] += cell["diagnostics"][g]["status"] == "pass"
+    return out
+
+
+def majority(summary: dict[str, dict]) -> dict[str, str]:
+    """Per defense, the gates it passes on a majority of its cells (seeds), e.g. ``"a b c"``."""
+    return {d: " ".join(g for g in "abcd" if 2 * r["pass"][g] > r["n"]) or "none" for d, r in summary.items()}
+
+
+def summary_table(card: dict) -> str:
+    """The per-defense table: verdicts over seeds and, per gate, cells passing."""
+    out = ["| defense | verdicts (by seed) | (a) | (b) | (c) | (d) | gates passed on most seeds |",
+           "|---|---|---|---|---|---|---|"]
+    summary = defense_summary(card)
+    most = majority(summary)
+    for d, r in summary.items():
+        out.append(f"| {d} | {', '.join(r['verdicts'])} | "
+                   + " | ".join(f"{r['pass'][g]} of {r['n']}" for g in "abcd") + f" | {most[d]} |")
+    return "\n".join(out)
+
+
 def tables(card: dict, base: dict, wall_s: float | None = None, env: str | None = None) -> str:
     out = []
     if env:
         out.append(env)
     if wall_s is not None:
-        out.append(f"Wall time of the sweep: {wall_s / 60:.0f} min {wall_s % 60:.0f} s "
+        minutes, seconds = divmod(round(wall_s), 60)
+        out.append(f"Wall time of the sweep: {minutes} min {seconds} s "
                    f"(base model {base.get('train_seconds', float('nan')):.0f} s).")
     acc = base.get("accuracy", {})
     out.append("Base model accuracy: " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(acc.items())) + ".")
@@ -105,9 +169,12 @@ def tables(card: dict, base: dict, wall_s: float | None = None, env: str | None 
     out.append("| cell | verdict | (a) Δgap [95 % cluster CI] | Δdeploy [95 %] | (b) fresh Δgap; +2·SE_paired / "
                "+2·SE_indep | (c) ρ_AT (α_T, α_A): signed vs claimed | (d) Γ_P, Γ_X | a b c d |")
     out.append("|---|---|---|---|---|---|---|---|")
-    order = {"l2sp": 0, "attack_proj": 1, "consistency": 2}
-    for cell in sorted(card["cells"], key=lambda c: (order.get(c["label"].rsplit("_s", 1)[0], 9), c["label"])):
+    for cell in _ordered(card):
         out.append(cell_row(cell))
+    out.append("")
+    out.append("Per defense (cells passing each gate, of its seeds):")
+    out.append("")
+    out.append(summary_table(card))
     out.append("")
     pf = card.get("progressive_filter") or []
     out.append("Progressive filter: " + ", ".join(f"{f['filter']} {f['n_pass']} of {f['n_with_result']}"
@@ -121,20 +188,95 @@ def tables(card: dict, base: dict, wall_s: float | None = None, env: str | None 
     return "\n".join(out)
 
 
+def _short(cell: dict) -> str:
+    """A cell's verdict and its four gate statuses in one word each: ``near miss (+ + + −)``."""
+    mark = {"pass": "+", "fail": "\u2212"}
+    return f"{cell['verdict']} ({' '.join(mark.get(cell['diagnostics'][g]['status'], '?') for g in 'abcd')})"
+
+
+def compare(runs: list[tuple[str, dict]]) -> str:
+    """Several sweeps side by side: each cell's verdict and gates (a b c d: + pass, − fail, ? other),
+    the cells whose verdict differs from the first run's, and the gates each defense passes on most seeds."""
+    names = [name for name, _ in runs]
+    cells = {name: {c["label"]: c for c in card["cells"]} for name, card in runs}
+    first = runs[0][1]
+    out = ["| cell | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    differ = []
+    for cell in _ordered(first):
+        label = cell["label"]
+        row = [_short(cells[n][label]) if label in cells[n] else "absent" for n in names]
+        if any(cells[n].get(label, {}).get("verdict") != cell["verdict"] for n in names[1:]):
+            differ.append(label)
+        out.append(f"| {label} | " + " | ".join(row) + " |")
+    out.append("")
+    out.append(f"Verdicts that differ from {names[0]}'s: {len(differ)} of {len(first['cells'])}"
+               + (f" ({', '.join(differ)})" if differ else "") + ".")
+    out.append("")
+    out.append("| defense | " + " | ".join(f"gates passed on most seeds, {n}" for n in names) + " |")
+    out.append("|---|" + "---|" * len(names))
+    most = [majority(defense_summary(card)) for _, card in runs]
+    for d in most[0]:
+        out.append(f"| {d} | " + " | ".join(m.get(d, "absent") for m in most) + " |")
+    stable = all(m == most[0] for m in most)
+    out.append("")
+    out.append(f"Gates passed on most seeds: {'the same' if stable else 'not the same'} in every run.")
+    return "\n".join(out)
+
+
+def _load(sweep_dir: Path) -> tuple[dict, dict, dict]:
+    """A sweep's card, base and bench environment (the last two empty when absent)."""
+    folder = sweep_dir / "acceptance_card"
+    if not (folder / "acceptance_card.json").is_file():
+        raise SystemExit(f"acceptance_tables: no acceptance card in {folder}")
+    card = json.loads((folder / "acceptance_card.json").read_text())
+    base = json.loads((folder / "base.json").read_text()) if (folder / "base.json").is_file() else {}
+    env_file = sweep_dir / "bench_environment.json"
+    env = json.loads(env_file.read_text()) if env_file.is_file() else {}
+    return card, base, env
+
+
+def _commit() -> str:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() or "unknown"
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", action="store_true", help="run the default acceptance sweep first")
     src.add_argument("--sweep-dir", type=Path, help="a finished acceptance sweep's directory")
+    src.add_argument("--compare", type=Path, nargs="+", metavar="DIR",
+                     help="finished sweeps' directories: their verdicts side by side")
+    ap.add_argument("--kernels", default="native", choices=sorted(KERNELS),
+                    help="float kernels for --run: native, or another CPU kind's emulated (default native)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per job for --run (default 1)")
     ap.add_argument("--overrides", nargs="*", default=[], help="extra Hydra overrides for --run")
     a = ap.parse_args(argv)
+    if (a.kernels != "native" or a.threads is not None or a.overrides) and not a.run:
+        raise SystemExit("acceptance_tables: --kernels, --threads and --overrides apply to --run only.")
+    if a.threads is not None and a.threads < 1:
+        raise SystemExit(f"acceptance_tables: --threads must be a whole number of at least 1, not {a.threads}.")
+    if a.compare:
+        runs = []
+        for i, d in enumerate(a.compare, 1):
+            card, _, env = _load(d)
+            runs.append((f"run {i}", card))
+            print(f"run {i}: {d}; {env.get('command', 'command not recorded')}; commit {env.get('commit', '?')}; "
+                  f"{env.get('environment', 'environment not recorded')}")
+        print()
+        print(compare(runs))
+        return
     wall = None
+    overrides = [*a.overrides, *([f"threads={a.threads}"] if a.threads is not None else [])]
+    threads = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("threads=")), "1")
     if a.run:
+        os.environ.update(KERNELS[a.kernels])  # before torch loads here, and inherited by the sweep
         tmp = Path(tempfile.mkdtemp(prefix="acceptance_tables_"))
         sweep_dir = tmp / "sweep"
         env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}"}
         cmd = [sys.executable, "-m", "recipe_audit", "-m", "experiment=acceptance", f"hydra.sweep.dir={sweep_dir}",
-               f"experiment.cache_dir={tmp / 'cache'}", *a.overrides]
+               f"experiment.cache_dir={tmp / 'cache'}", *overrides]
         print(f"acceptance_tables: sweep in {tmp}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=env, cwd=tmp, capture_output=True, text=True)
@@ -142,15 +284,15 @@ def main(argv: list[str] | None = None) -> None:
         (tmp / "sweep.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
         if proc.returncode != 0:
             raise SystemExit(f"acceptance_tables: the sweep failed:\n{proc.stderr[-3000:]}")
+        command = "python bench/acceptance_tables.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        (sweep_dir / "bench_environment.json").write_text(json.dumps(
+            {"environment": environment(threads), "command": command, "commit": _commit(),
+             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": wall}, indent=1) + "\n")
     else:
         sweep_dir = a.sweep_dir
-    folder = sweep_dir / "acceptance_card"
-    if not (folder / "acceptance_card.json").is_file():
-        raise SystemExit(f"acceptance_tables: no acceptance card in {folder}")
-    card = json.loads((folder / "acceptance_card.json").read_text())
-    base = json.loads((folder / "base.json").read_text()) if (folder / "base.json").is_file() else {}
-    threads = next((o.split("=", 1)[1] for o in a.overrides if o.startswith("threads=")), "1")
-    print(tables(card, base, wall, environment(threads) if a.run else None))
+    card, base, recorded = _load(sweep_dir)
+    env_line = environment(threads) if a.run else recorded.get("environment")
+    print(tables(card, base, wall if a.run else recorded.get("wall_s"), env_line))
 
 
 if __name__ == "__main__":
