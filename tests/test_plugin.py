@@ -471,66 +471,76 @@ TEMPLATE_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "lightning_template", "configs")
 
 
-def _rerun(store_uri, run_id="0" * 32):
-    from recipe_audit.app.callback import Rerun
-
-    return Rerun(run_id, "", store_uri, "1", "train", 1, "r" * 16, None)
-
-
-def test_an_mlflow_logger_node_is_pointed_at_the_rerun_and_nothing_else_changes(tmp_path, store, monkeypatch,
-                                                                                  caplog):
+def test_an_mlflow_logger_is_pointed_at_the_rerun_and_nothing_else_changes(tmp_path, store, monkeypatch, caplog):
     """lightning-hydra-template's logger/mlflow.yaml names a file store MLflow 3 refuses and no
-    run id: the callback points the node at the rerun (its store, run, experiment) before the task
-    builds the logger, leaves every other key as it is, and says so in one line; the logger then
-    logs into the rerun (Lightning's own code, no run or experiment of its own)."""
+    run id: while the job runs, the MLFlowLogger it builds gets the rerun's store, run and
+    experiment, every other argument as given, and the job's log says so in one line; the logger
+    then logs into the rerun (Lightning's own code, no run or experiment of its own). Once the
+    job is over, the class is Lightning's own again."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from recipe_audit.app.callback import _point_mlflow_loggers, mlflow_logger_paths
+    from recipe_audit.app.mlflow_loggers import mlflow_logger_paths, point_mlflow_loggers
     from recipe_audit.store import tracking
+
+    pytest.importorskip("pytorch_lightning")
+    import hydra
+    from pytorch_lightning.loggers import MLFlowLogger
 
     monkeypatch.setenv("PROJECT_ROOT", str(tmp_path))
     with initialize_config_dir(config_dir=TEMPLATE_CONFIGS, version_base="1.3"):
         cfg = compose("train", overrides=["logger=mlflow", "seed=1"])
-    before = OmegaConf.to_container(cfg.logger.mlflow, resolve=False)
-    assert before["tracking_uri"] == "${paths.log_dir}/mlflow/mlruns" and "run_id" not in before
-    paths = mlflow_logger_paths(OmegaConf.to_container(cfg, resolve=False))
-    assert paths == [("logger", "mlflow")]
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    assert raw["logger"]["mlflow"]["tracking_uri"] == "${paths.log_dir}/mlflow/mlruns"
+    assert "run_id" not in raw["logger"]["mlflow"]
+    assert mlflow_logger_paths(raw) == [("logger", "mlflow")]
     st = tracking.open_store(store, "train")
     run_id = st.client.create_run(st.experiment_id).info.run_id
+    own = MLFlowLogger.__init__
     with caplog.at_level("INFO", logger="recipe_audit"):
-        (line,) = _point_mlflow_loggers(cfg, paths, _rerun(store, run_id))
-    after = OmegaConf.to_container(cfg.logger.mlflow, resolve=False)
-    assert (after["tracking_uri"], after["run_id"], after["experiment_name"]) == (store, run_id, "train")
-    assert {k: v for k, v in after.items() if k not in ("tracking_uri", "run_id", "experiment_name")} == {
-        k: v for k, v in before.items() if k != "tracking_uri"}
-    assert line == (f"logger.mlflow: tracking_uri {tmp_path}/logs//mlflow/mlruns -> {store}, run_id unset -> {run_id}, "
-                    "experiment_name unset -> train")
-    assert f"the MLFlowLogger at logger.mlflow logs into rerun {run_id}" in caplog.text
-    assert _point_mlflow_loggers(cfg, paths, _rerun(store, run_id)) == []  # already there: nothing to say
-
-    pytest.importorskip("pytorch_lightning")
-    import hydra
-
-    logger = hydra.utils.instantiate(cfg.logger.mlflow)
+        restore = point_mlflow_loggers(store, run_id, "train", raw_config=raw)
+        try:
+            logger = hydra.utils.instantiate(cfg.logger.mlflow)
+            again = MLFlowLogger(tracking_uri=store, run_id=run_id, experiment_name="train")  # already there
+        finally:
+            restore()
+    assert MLFlowLogger.__init__ is own
+    assert (logger._tracking_uri, logger._run_id, logger._experiment_name) == (store, run_id, "train")
+    assert (logger._prefix, logger.tags, logger._artifact_location) == ("", None, None)  # as the node says
+    assert again._run_id == run_id
+    (line,) = [r.getMessage() for r in caplog.records if "logs into rerun" in r.getMessage()]  # nothing said for `again`
+    assert line == (f"recipe_audit: the MLFlowLogger at logger.mlflow logs into rerun {run_id}: tracking_uri "
+                    f"{tmp_path}/logs//mlflow/mlruns -> {store}, run_id unset -> {run_id}, experiment_name unset -> train")
     logger.log_metrics({"test/acc": 0.9}, step=1)
     logger.finalize("success")
     assert st.client.get_run(run_id).data.metrics == {"test/acc": 0.9}
     assert {e.name for e in st.client.search_experiments()} == {"train", "Default"}  # no lightning_logs
     assert len(st.client.search_runs([st.experiment_id])) == 1
     assert not (tmp_path / "logs").exists()
+    # after the job: Lightning's own constructor, its own defaults
+    assert MLFlowLogger(tracking_uri="sqlite:///other.db")._tracking_uri == "sqlite:///other.db"
 
 
-def test_without_hydras_run_job_the_logger_is_left_as_configured(tmp_path, store, caplog):
-    from omegaconf import OmegaConf
+def test_a_logger_built_in_code_is_pointed_too_and_a_job_that_exited_is_restored(store, caplog):
+    """A logger the app builds itself (positional arguments included) is pointed as well; a job
+    that left without its end (sys.exit in the task) is restored when the next job starts."""
+    pytest.importorskip("pytorch_lightning")
+    from pytorch_lightning.loggers import MLFlowLogger
 
-    from recipe_audit.app.callback import _point_mlflow_loggers, _task_config
+    from recipe_audit.app.mlflow_loggers import point_mlflow_loggers
 
-    cfg = OmegaConf.create({"logger": {"_target_": "pytorch_lightning.loggers.MLFlowLogger", "tracking_uri": "x"}})
-    assert _task_config(cfg) is None  # not called from hydra.core.utils.run_job
-    with caplog.at_level("WARNING", logger="recipe_audit"):
-        assert _point_mlflow_loggers(None, [("logger",)], _rerun(store)) == []
-    assert "run_id: ${oc.env:MLFLOW_RUN_ID,null}" in caplog.text and cfg.logger.tracking_uri == "x"
+    own = MLFlowLogger.__init__
+    point_mlflow_loggers(store, "a" * 32, "train")  # never restored
+    restore = point_mlflow_loggers(store, "b" * 32, "train")
+    try:
+        with caplog.at_level("INFO", logger="recipe_audit"):
+            logger = MLFlowLogger("mine", None, "sqlite:///elsewhere.db", prefix="p")
+    finally:
+        restore()
+    assert MLFlowLogger.__init__ is own
+    assert (logger._experiment_name, logger._tracking_uri, logger._run_id, logger._prefix) == (
+        "train", store, "b" * 32, "p")
+    assert f"an MLFlowLogger logs into rerun {'b' * 32}: tracking_uri sqlite:///elsewhere.db -> {store}" in caplog.text
 
 
 def test_fluent_calls_after_the_job_ended_the_rerun_resume_it(tmp_path, store, monkeypatch):

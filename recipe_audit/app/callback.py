@@ -8,8 +8,9 @@ every launcher works: basic, joblib, submitit, Ray), it opens the rerun's MLflow
 the parent, tags it (seed, recipe identity, sweep, host, pid) and points MLflow's own variables at
 it (``MLFLOW_RUN_ID``, ``MLFLOW_EXPERIMENT_ID``, ``MLFLOW_EXPERIMENT_NAME``,
 ``MLFLOW_TRACKING_URI``), so whatever the task function logs the usual way (``mlflow.start_run()``,
-``mlflow.autolog()``, the Hugging Face ``Trainer``'s MLflowCallback, Lightning's ``MLFlowLogger``
-given ``run_id``) lands in that run. When the job ends it records the truth whatever the task did
+``mlflow.autolog()``, the Hugging Face ``Trainer``'s MLflowCallback) lands in that run; Lightning's
+``MLFlowLogger``, which reads neither ``MLFLOW_RUN_ID`` nor, given a store, ``MLFLOW_TRACKING_URI``,
+is pointed at the run while the job runs (:mod:`recipe_audit.app.mlflow_loggers`). When the job ends it records the truth whatever the task did
 to the run (FAILED with the error's first line when the task raised, FINISHED otherwise), logs a
 number or dict of numbers the task returned, the flattened config as params (keys the task logged
 itself are left as they are) and restores the environment. When the multirun ends it computes
@@ -103,7 +104,8 @@ class _Job:
     saved_env: dict[str, str | None]
     label: str
     started: float = field(default_factory=time.monotonic)
-    logger_paths: list[tuple[str | int, ...]] = field(default_factory=list)  # MLFlowLogger nodes of its config
+    raw_config: Any = None  # the job's config as written (where it builds an MLFlowLogger)
+    restore_loggers: Any = None  # puts Lightning's MLFlowLogger back as it was (the job's end)
 
 
 class RecipeAuditCallback(Callback):
@@ -460,8 +462,12 @@ class RecipeAuditCallback(Callback):
                      (ENV_TRACKING_URI, self._job.rerun.tracking_uri)):
             os.environ[k] = v
         tracking.keep_rerun_resumable(self._job.rerun.run_id)
-        if self._job.logger_paths:
-            _point_mlflow_loggers(_task_config(config), self._job.logger_paths, self._job.rerun)
+        from recipe_audit.app.mlflow_loggers import point_mlflow_loggers
+        from recipe_audit.store.uris import mask_credentials
+
+        rerun = self._job.rerun
+        self._job.restore_loggers = point_mlflow_loggers(rerun.tracking_uri, rerun.run_id, rerun.experiment_name,
+                                                         raw_config=self._job.raw_config, mask=mask_credentials)
 
     def _open_rerun(self, config: DictConfig) -> _Job:
         from recipe_audit import keys
@@ -503,7 +509,7 @@ class RecipeAuditCallback(Callback):
         rerun = Rerun(run.info.run_id, run.info.artifact_uri, store.uri, store.experiment_id,
                       store.experiment_name, int(seed) if _is_int(seed) else seed, recipe_id,
                       sweep.sweep_id if sweep else None)
-        return _Job(rerun, tracking.flatten(resolved), saved, f"seed {seed}", logger_paths=mlflow_logger_paths(raw))
+        return _Job(rerun, tracking.flatten(resolved), saved, f"seed {seed}", raw_config=raw)
 
     def _job_run(self, resolved: dict[str, Any], seed: Any, run_name: str,
                  tags: dict[str, str]) -> tuple[str, dict[str, str]]:
@@ -539,6 +545,8 @@ class RecipeAuditCallback(Callback):
             self._close_rerun(config, job, job_return)
         finally:
             _CURRENT = None
+            if job.restore_loggers is not None:
+                job.restore_loggers()
             for k, v in job.saved_env.items():
                 if v is None:
                     os.environ.pop(k, None)
@@ -799,100 +807,6 @@ def _end_fluent_run() -> None:
             mlflow.end_run()
     except Exception:  # noqa: BLE001 - the run's status is set by the callback anyway
         pass
-
-
-# Lightning's MLFlowLogger, under each name a config can give it (lightning 2.x, pytorch_lightning)
-MLFLOW_LOGGER_TARGETS = frozenset(f"{package}.loggers{module}.MLFlowLogger" for package in (
-    "lightning.pytorch", "pytorch_lightning") for module in ("", ".mlflow"))
-# the logger's own settings that decide where it logs; nothing else of the node is touched
-_LOGGER_SETTINGS = ("tracking_uri", "run_id", "experiment_name")
-
-
-def mlflow_logger_paths(raw: Any) -> list[tuple[str | int, ...]]:
-    """Where a job's config (as written) builds Lightning's ``MLFlowLogger``: the keys (and list
-    indices) of each node whose ``_target_`` is one of :data:`MLFLOW_LOGGER_TARGETS`.
-
-    >>> mlflow_logger_paths({"logger": {"mlflow": {"_target_": "lightning.pytorch.loggers.mlflow.MLFlowLogger"},
-    ...                                 "csv": {"_target_": "lightning.pytorch.loggers.csv_logs.CSVLogger"}},
-    ...                      "loggers": [{"_target_": "pytorch_lightning.loggers.MLFlowLogger"}]})
-    [('logger', 'mlflow'), ('loggers', 0)]
-    """
-    found: list[tuple[str | int, ...]] = []
-
-    def walk(node: Any, path: tuple[str | int, ...]) -> None:
-        if isinstance(node, Mapping):
-            if node.get("_target_") in MLFLOW_LOGGER_TARGETS:
-                found.append(path)
-            for k, v in node.items():
-                if isinstance(v, (Mapping, list)):
-                    walk(v, (*path, k))
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                if isinstance(v, (Mapping, list)):
-                    walk(v, (*path, i))
-
-    walk(raw, ())
-    return found
-
-
-def _task_config(config: DictConfig) -> DictConfig | None:
-    """The config object the job's task function receives. Hydra's ``run_job`` hands the task a
-    copy of the job's config (without its ``hydra`` node) made before ``on_job_start``, so a
-    change to ``config`` would not reach it; that copy is ``run_job``'s local ``task_cfg``."""
-    frame = sys._getframe(1)
-    for _ in range(16):
-        if frame is None:
-            break
-        if frame.f_code.co_name == "run_job" and frame.f_globals.get("__name__") == "hydra.core.utils":
-            task_cfg = frame.f_locals.get("task_cfg")
-            return task_cfg if isinstance(task_cfg, DictConfig) else None
-        frame = frame.f_back
-    return None
-
-
-def _point_mlflow_loggers(task_cfg: DictConfig | None, paths: Sequence[tuple[str | int, ...]], rerun: Rerun) -> list[str]:
-    """Point each ``MLFlowLogger`` node of the job's config at the rerun before the task builds it:
-    its ``tracking_uri``, ``run_id`` and ``experiment_name`` become the rerun's (Lightning's logger
-    reads neither ``$MLFLOW_RUN_ID`` nor, when its config names a store, ``$MLFLOW_TRACKING_URI``:
-    it would open a run of its own, in a store of its own). Nothing else of the node changes.
-    Logs one line per node saying what changed; returns those lines."""
-    from omegaconf import open_dict, read_write
-
-    from recipe_audit.store.uris import mask_credentials
-
-    where = lambda path: ".".join(str(p) for p in path)  # noqa: E731
-    if task_cfg is None:
-        log.warning("recipe_audit: the job's config could not be reached (not run by Hydra 1.3's run_job): "
-                    "the MLFlowLogger at %s logs where its config says; give it run_id: ${oc.env:MLFLOW_RUN_ID,null} "
-                    "and tracking_uri: ${oc.env:MLFLOW_TRACKING_URI}", ", ".join(where(p) for p in paths))
-        return []
-    want = {"tracking_uri": rerun.tracking_uri, "run_id": rerun.run_id, "experiment_name": rerun.experiment_name}
-    lines = []
-    for path in paths:
-        try:
-            node = task_cfg
-            for part in path:
-                node = node[part]
-            changed = []
-            with read_write(node), open_dict(node):
-                for key in _LOGGER_SETTINGS:
-                    try:
-                        old = node.get(key)
-                    except Exception:  # noqa: BLE001 - an interpolation that does not resolve here
-                        old = OmegaConf.to_container(node, resolve=False).get(key)
-                    if old != want[key]:
-                        node[key] = want[key]
-                        shown = "unset" if old is None else mask_credentials(str(old))
-                        changed.append(f"{key} {shown} -> {mask_credentials(want[key])}")
-        except Exception as exc:  # noqa: BLE001 - the job runs as configured; say so
-            log.warning("recipe_audit: could not point the MLFlowLogger at %s at rerun %s (%s): it logs where its "
-                        "config says", where(path), rerun.run_id, _one_line(exc))
-            continue
-        if changed:
-            lines.append(f"{where(path)}: {', '.join(changed)}")
-            log.info("recipe_audit: the MLFlowLogger at %s logs into rerun %s: %s", where(path), rerun.run_id,
-                     ", ".join(changed))
-    return lines
 
 
 def _seed_override(config: DictConfig, seed_key: str) -> str | None:
