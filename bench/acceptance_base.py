@@ -38,14 +38,15 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import json, sys, tempfile
 import torch
-from hydra import compose, initialize_config_module
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from recipe_audit.acceptance.experiment import ensure_base
+from recipe_audit.app import config_dir
 from recipe_audit.app.schema import register_configs
 threads, overrides = int(sys.argv[1]), sys.argv[2:]
 torch.set_num_threads(threads)
 register_configs()
-with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+with initialize_config_dir(str(config_dir()), version_base="1.3"):
     cfg = compose("config", ["experiment=acceptance", *overrides])
 exp = OmegaConf.to_container(cfg.experiment, resolve=True)
 root = ensure_base(exp, tempfile.mkdtemp(prefix="acceptance_base_"))

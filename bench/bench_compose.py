@@ -24,17 +24,18 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
 
-    from hydra import initialize_config_module
+    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
+    from recipe_audit.app import config_dir
     from recipe_audit.app.launchers import SeedLauncherBase
     from recipe_audit.app.schema import register_configs
 
     register_configs()
     jobs = [[f"seed={s}"] for s in range(a.seeds)]
-    with tempfile.TemporaryDirectory() as tmp, initialize_config_module("recipe_audit.conf", version_base="1.3"):
+    with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(str(config_dir()), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         master = loader.load_configuration("config", overrides=[f"hydra.sweep.dir={tmp}"], run_mode=RunMode.MULTIRUN)
         loader.load_sweep_config(master, jobs[0])  # warm-up (imports, caches)

@@ -12,8 +12,8 @@ of this bench measured)
 on a fresh SQLite store (so the one-off ``Creating initial MLflow database tables`` is included).
 
 Side B runs the same N trainings in a bare loop in one Python process (a subprocess of this script,
-``--bare``): no Hydra, no MLflow. It builds the default config's dataclasses from ``recipe_audit/conf/*.yaml``
-with plain ``OmegaConf.load`` (the groups named in ``recipe_audit/conf/config.yaml``'s defaults list), calls
+``--bare``): no Hydra, no MLflow. It builds the default config's dataclasses from ``conf/*.yaml``
+with plain ``OmegaConf.load`` (the groups named in ``conf/config.yaml``'s defaults list), calls
 ``prepare_task`` once and ``train_rerun`` for each seed, scoring the same audit sets.
 
 Both sides are timed wall-clock around the whole subprocess, imports included (their CPU time,
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CONF = REPO / "recipe_audit" / "conf"
+CONF = REPO / "conf"
 TARGET = 1.03  # with the card
 
 
@@ -52,7 +52,7 @@ TARGET = 1.03  # with the card
 
 
 def _group_defaults() -> dict[str, str]:
-    """The config-group choices of recipe_audit/conf/config.yaml's defaults list, e.g. {"model": "tiny_bert"}."""
+    """The config-group choices of conf/config.yaml's defaults list, e.g. {"model": "tiny_bert"}."""
     from omegaconf import OmegaConf
 
     out = {}

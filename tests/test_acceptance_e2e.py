@@ -26,19 +26,20 @@ TINY = {  # a base and an install of a few steps: for in-process checks
 
 
 def test_compose_acceptance_experiment():
-    from hydra import compose, initialize_config_module
+    from hydra import compose, initialize_config_dir
 
+    from recipe_audit.app import config_dir
     from recipe_audit.app.schema import register_configs
 
     register_configs()
-    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
         cfg = compose("config", ["experiment=acceptance", "defense=attack_proj", "size=small"], return_hydra_config=True)
     assert cfg.experiment.kind == "acceptance"
     assert cfg.defense.claimed_class == "attack-targeted"
     assert cfg.experiment.base.steps == 150  # size=small
     assert set(str(cfg.hydra.sweeper.params.defense).split(",")) == set(DEFENSES)
     for name in DEFENSES:
-        with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+        with initialize_config_dir(str(config_dir()), version_base="1.3"):
             c = compose("config", ["experiment=acceptance", f"defense={name}"])
         assert c.defense.kind == name
         assert (c.defense.claimed_class is None) == (name == "none")

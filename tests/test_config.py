@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from hydra import compose, initialize_config_module
+from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from recipe_audit import config as C
+from recipe_audit.app import config_dir
 from recipe_audit.app.schema import register_configs
 from recipe_audit.train.loop import prepare_task, select_audits
 from recipe_audit.train.models import build_model
@@ -17,7 +18,7 @@ register_configs()
 
 
 def _compose(overrides=()):
-    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
         return compose("config", overrides=list(overrides))
 
 
@@ -43,7 +44,7 @@ def test_help_lists_no_schema_among_the_groups():
     """The schemas live under hydra/ (like the callback's), so --help lists only real options."""
     from hydra.core.global_hydra import GlobalHydra
 
-    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         options = {g: loader.get_group_options(g) for g in ("model", "task", "recipe", "audit", "tracking", "defense")}
         schemas = loader.get_group_options(C.SCHEMA_GROUP)
@@ -67,7 +68,7 @@ def test_groups_compose(overrides, expected):
 
 
 def test_default_sweep_is_59_seeds():
-    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
         cfg = compose("config", return_hydra_config=True)
     assert cfg.hydra.sweeper.params.seed == "range(59)"
 

@@ -11,12 +11,13 @@ import json
 
 import pytest
 from helpers.store import synthetic_sweep
-from hydra import compose, initialize_config_dir, initialize_config_module
+from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import recipe_audit
 from recipe_audit import cli
+from recipe_audit.app import config_dir
 from recipe_audit.app import main as app_main
 from recipe_audit.app.callback import OptionError as CallbackOptionError
 from recipe_audit.app.schema import register_configs
@@ -108,7 +109,7 @@ def py_card(opts):
 def app_options(opts):
     """The built-in app: its own check of the composed ``audit`` section, then the callback it adds
     (whose options interpolate that section) as it checks them when a sweep starts."""
-    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
         cfg = compose("config", overrides=_hydra_overrides(opts, "audit."), return_hydra_config=True)
     app_main._check_audit(OmegaConf.to_object(cfg.audit))  # the typed AuditConfig the app checks
     callback = instantiate(cfg.hydra.callbacks.recipe_audit)

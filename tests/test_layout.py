@@ -228,3 +228,19 @@ def test_the_private_attribute_check_finds_a_use(source):
     assert _private_attributes("planted", source) == ["planted:2 uses recipe_audit.stats.exact._floor"]
     assert _private_attributes("planted", source + "import os\nos._exit\nexact.__name__\n") == [
         "planted:2 uses recipe_audit.stats.exact._floor"]
+
+
+def test_pyproject_lists_every_package():
+    """pyproject.toml names the packages the wheel carries (discovery would miss
+    ``recipe_audit.conf``, which lives in ``conf/`` at the top): a folder of modules left out of the
+    list would be missing from an installed recipe_audit, and a listed one must exist."""
+    tomllib = pytest.importorskip("tomllib")
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    dirs = setup.get("package-dir", {})
+    assert dirs == {"recipe_audit.conf": "conf"} and (REPO / "conf" / "config.yaml").is_file()
+    folders = {".".join(p.parent.relative_to(REPO).parts) for root in ROOTS
+               for p in (REPO / root).rglob("*.py")}
+    assert folders - set(setup["packages"]) == set()
+    missing = [name for name in setup["packages"]
+               if not (REPO / dirs.get(name, name.replace(".", "/"))).is_dir()]
+    assert missing == [] and list((REPO / "recipe_audit").rglob("conf/*.yaml")) == []

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 from helpers import procs
-from hydra import initialize_config_module
+from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from recipe_audit.app import config_dir
 from recipe_audit.app.launchers import SeedLauncherBase
 from recipe_audit.app.schema import register_configs
 
@@ -30,7 +31,7 @@ class CountingLoader:
 def hydra_loader(tmp_path):
     register_configs()  # the structured-config schemas, as the app does
     GlobalHydra.instance().clear()
-    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         master = loader.load_configuration(
             "config", overrides=[f"hydra.sweep.dir={tmp_path}", "hydra.job.config.override_dirname.exclude_keys=[task]"],

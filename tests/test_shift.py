@@ -9,11 +9,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from helpers.app import SMALL, run_app
-from hydra import compose, initialize_config_module
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from recipe_audit import config as C
 from recipe_audit import keys
+from recipe_audit.app import config_dir
 from recipe_audit.app import task_configs as T
 from recipe_audit.app.schema import register_configs
 from recipe_audit.cards.document import RecipeCard
@@ -32,7 +33,7 @@ register_configs()
 
 
 def _compose(overrides=()):
-    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
         return compose("config", overrides=list(overrides))
 
 

@@ -41,8 +41,9 @@ def test_ci_wheel_carries_the_configs(tmp_path):
                     "-w", str(wheel_dir), str(REPO)], check=True, timeout=600)
     (wheel,) = wheel_dir.glob("recipe_audit-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    want = [f.relative_to(REPO).as_posix() for d in ("recipe_audit/conf", "recipe_audit/app/hydra_conf")
-            for f in (REPO / d).rglob("*.yaml")]
+    # conf/ at the top of the repository ships as the package recipe_audit.conf
+    want = ["recipe_audit/" + f.relative_to(REPO).as_posix() for f in (REPO / "conf").rglob("*.yaml")]
+    want += [f.relative_to(REPO).as_posix() for f in (REPO / "recipe_audit/app/hydra_conf").rglob("*.yaml")]
     want += ["recipe_audit/schemas/recipe_card.v1.json", "recipe_audit/schemas/acceptance_card.v1.json",
              "hydra_plugins/recipe_audit/plugins.py",
              "hydra_plugins/recipe_audit/searchpath.py", "recipe_audit/app/hydra_conf/hydra/callbacks/recipe_audit.yaml"]

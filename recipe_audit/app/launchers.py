@@ -1,5 +1,5 @@
 """The default launcher of ``python -m recipe_audit -m`` (``hydra/launcher=seeds``, set in
-``recipe_audit/conf/config.yaml``; ``hydra/launcher=basic`` gives Hydra's own).
+``conf/config.yaml``; ``hydra/launcher=basic`` gives Hydra's own).
 
 Hydra's basic launcher runs the jobs one after another in this process and composes each job's
 configuration from the config files again (defaults list, YAML, merges), which costs an order

@@ -16,7 +16,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from recipe_audit.app import threads
+from recipe_audit.app import config_dir, threads
 from recipe_audit.app.schema import register_configs
 from recipe_audit.config import unknown_keys
 
@@ -257,7 +257,7 @@ def _fail(message: str, exc: BaseException | None = None, record: bool = True) -
     sys.exit(2)
 
 
-@hydra.main(version_base="1.3", config_path="pkg://recipe_audit.conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def main(cfg: DictConfig) -> dict[str, float] | None:
     return run_rerun(cfg)
 

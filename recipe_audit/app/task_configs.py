@@ -34,9 +34,9 @@ def load_task_config(name: str, options: Mapping[str, Any] | None = None) -> Tas
         except MissingConfigException:
             raise TaskError(f"audit.extra_tasks names '{name}', which is not a task config.") from None
     if node is None:
-        from importlib import resources
+        from recipe_audit.app import config_dir
 
-        path = resources.files("recipe_audit.conf").joinpath("task", f"{name}.yaml")
+        path = config_dir() / "task" / f"{name}.yaml"
         if not path.is_file():
             raise TaskError(f"audit.extra_tasks names '{name}', which is not a task config.")
         raw = OmegaConf.create(path.read_text(encoding="utf-8"))

@@ -28,13 +28,14 @@ TINY = {  # a base of a few steps: for the refusal checks
 
 def _default_experiment(cache_dir) -> dict:
     """The ``experiment`` section of ``experiment=acceptance`` at its default size, as Hydra composes it."""
-    from hydra import compose, initialize_config_module
+    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from recipe_audit.app import config_dir
     from recipe_audit.app.schema import register_configs
 
     register_configs()
-    with initialize_config_module("recipe_audit.conf", version_base="1.3"):
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
         cfg = compose("config", ["experiment=acceptance", f"experiment.cache_dir={cache_dir}"])
     return OmegaConf.to_container(cfg.experiment, resolve=True)
 
