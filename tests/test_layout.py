@@ -244,3 +244,11 @@ def test_pyproject_lists_every_package():
     missing = [name for name in setup["packages"]
                if not (REPO / dirs.get(name, name.replace(".", "/"))).is_dir()]
     assert missing == [] and list((REPO / "recipe_audit").rglob("conf/*.yaml")) == []
+
+
+def test_mlruns_is_the_default_store_with_its_readme():
+    """``mlruns/`` (the default local store) is in git with its README only: ``.gitignore`` ignores
+    everything else there and excepts exactly the README, which exists."""
+    lines = (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert "mlruns/*" in lines and [line for line in lines if line.startswith("!mlruns/")] == ["!mlruns/README.md"]
+    assert (REPO / "mlruns" / "README.md").is_file()
