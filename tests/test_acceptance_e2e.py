@@ -3,8 +3,8 @@ never a hoped-for verdict. The small pipeline (size=small) runs once per module.
 
 from __future__ import annotations
 
-import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,17 +12,27 @@ from helpers.app import run_app
 
 from recipe_audit.acceptance import experiment as X
 from recipe_audit.acceptance.records import COLUMNS, read_records
+from recipe_audit.config import (
+    AcceptanceBaseConfig,
+    AcceptanceInstallConfig,
+    AcceptanceModelConfig,
+    DefenseConfig,
+    ExperimentConfig,
+)
+from recipe_audit.train.acceptance import base as B
+from recipe_audit.train.acceptance import data as D
+from recipe_audit.train.acceptance import install as I
 
 DEFENSES = ("none", "l2sp", "attack_proj", "consistency")
 SEEDS = (0, 1)
 
-TINY = {  # a base and an install of a few steps: for in-process checks
-    "kind": "acceptance", "data_seed": 0, "n_words": 32, "n_train_subjects": 3, "n_fresh_subjects": 2, "pool_size": 8,
-    "n_base": 60, "n_install": 20, "n_eval": 6, "n_calibration": 4, "attack_fraction": 0.9, "resamples": 50,
-    "model": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_length": 40},
-    "base": {"seed": 0, "lr": 3e-3, "steps": 5, "batch_size": 16},
-    "install": {"r": 2, "alpha": 4, "lr": 5e-3, "steps": 4, "batch_size": 4},
-}
+TINY = ExperimentConfig(  # a base and an install of a few steps: for in-process checks
+    data_seed=0, n_words=32, n_train_subjects=3, n_fresh_subjects=2, pool_size=8, n_base=60, n_install=20, n_eval=6,
+    n_calibration=4, attack_fraction=0.9, resamples=50,
+    model=AcceptanceModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_length=40),
+    base=AcceptanceBaseConfig(seed=0, lr=3e-3, steps=5, batch_size=16, grad_clip=None),
+    install=AcceptanceInstallConfig(r=2, alpha=4, lr=5e-3, steps=4, batch_size=4),
+)
 
 
 def test_compose_acceptance_experiment():
@@ -46,7 +56,7 @@ def test_compose_acceptance_experiment():
 
 
 def test_build_data_splits_and_pairing():
-    data = X.build_data(TINY)
+    data = D.build_data(TINY)
     ev = data["eval"]
     keys = {(it.task, it.split) for it in ev}
     assert keys == {("mcq", "heldout"), ("mcq", "fresh"), ("syco", "heldout")}
@@ -56,26 +66,26 @@ def test_build_data_splits_and_pairing():
     per_q: dict = {}
     for it in ev:
         per_q.setdefault((it.task, it.question_id), set()).add((it.template_id, it.framing))
-    n_t = len(X.EVAL_TEMPLATES)
+    n_t = len(D.EVAL_TEMPLATES)
     assert all(len(v) == 2 * n_t for v in per_q.values())  # every template in both framings
     # questions are distinct across base, install and records
     ids = [it.question_id for k in ("base", "install") for it in data[k]] + [q for _, q in per_q]
     assert len({*ids}) == len({it.question_id for it in data["base"]}) + len({it.question_id for it in data["install"]}) + len(per_q)
-    assert X.build_data(TINY)["eval"] == ev  # seeded
+    assert D.build_data(TINY)["eval"] == ev  # seeded
 
 
 def test_run_cell_records_are_deterministic(tmp_path):
-    base_dir = X.ensure_base(TINY, tmp_path / "cache")
-    assert X.ensure_base(TINY, tmp_path / "cache") == base_dir  # cached by the config hash
+    base_dir = B.ensure_base(TINY, tmp_path / "cache")
+    assert B.ensure_base(TINY, tmp_path / "cache") == base_dir  # cached by the config hash
     info = json.loads((base_dir / "base.json").read_text())
-    assert info["key"] == X.base_key(TINY)
-    d = {"name": "attack_proj", "kind": "attack_proj", "strength": 10.0, "claimed_class": "attack-targeted"}
-    a = X.run_cell(TINY, d, 3, base_dir, tmp_path / "a", "attack_proj_s3")
-    b = X.run_cell(TINY, d, 3, base_dir, tmp_path / "b", "attack_proj_s3")
+    assert info["key"] == B.base_key(TINY)
+    d = DefenseConfig(name="attack_proj", kind="attack_proj", strength=10.0, claimed_class="attack-targeted")
+    a = I.run_cell(TINY, d, 3, base_dir, tmp_path / "a", "attack_proj_s3")
+    b = I.run_cell(TINY, d, 3, base_dir, tmp_path / "b", "attack_proj_s3")
     assert list(a.records.columns[:len(COLUMNS)]) == list(COLUMNS)
     assert a.records.equals(b.records)
     # one seed, one result: every training step and every metric but the timing
-    assert len(a.losses) == TINY["install"]["steps"] and a.losses == b.losses
+    assert len(a.losses) == TINY.install.steps and a.losses == b.losses
     assert {k: v for k, v in a.metrics.items() if k != "train_seconds"} == \
         {k: v for k, v in b.metrics.items() if k != "train_seconds"}
     assert (tmp_path / "a" / "adapter" / "adapter_config.json").is_file()
@@ -85,15 +95,14 @@ def test_run_cell_records_are_deterministic(tmp_path):
 
 def test_base_model_failure_is_one_sentence(tmp_path):
     """A base model whose training diverges raises one sentence naming the cause, and caches nothing."""
-    bad = copy.deepcopy(TINY)
-    bad["base"]["lr"] = 1e30  # the loss is NaN by the second step
-    with pytest.raises(X.BaseModelError, match=r"^The base model of experiment=acceptance could not be trained "
+    bad = replace(TINY, base=replace(TINY.base, lr=1e30))  # the loss is NaN by the second step
+    with pytest.raises(B.BaseModelError, match=r"^The base model of experiment=acceptance could not be trained "
                                                r"\(NonFiniteLossError: training loss became nan at step \d+\)\.$"):
-        X.ensure_base(bad, tmp_path / "cache")
+        B.ensure_base(bad, tmp_path / "cache")
     assert not list((tmp_path / "cache").glob("base-*"))
-    bad["base"]["lr"] = -1.0
-    with pytest.raises(X.BaseModelError, match=r"experiment\.base\.lr must be a positive number, not -1\.0\)"):
-        X.ensure_base(bad, tmp_path / "cache")
+    bad = replace(TINY, base=replace(TINY.base, lr=-1.0))
+    with pytest.raises(B.BaseModelError, match=r"experiment\.base\.lr must be a positive number, not -1\.0\)"):
+        B.ensure_base(bad, tmp_path / "cache")
 
 
 def _small_sweep_with(tmp_path, override: str):
@@ -244,14 +253,14 @@ def test_ci_acceptance_adapter_belongs_to_base(small_sweep, tmp_path):
     import torch
     from mlflow.tracking import MlflowClient
 
-    from recipe_audit.acceptance.mechanism import MechanismError, slice_names, update_vector
+    from recipe_audit.train.acceptance.weights import MechanismError, slice_names, update_vector
 
     root, uri, _ = small_sweep
     client, runs = _runs(uri, X.CELL_KIND)
     run = next(r for r in runs if r.data.tags["recipe_audit.defense"] == "l2sp")
     adapter = MlflowClient(tracking_uri=uri).download_artifacts(run.info.run_id, "adapter", str(tmp_path))
-    base, _ = X.load_base(Path(run.data.tags["recipe_audit.base_dir"]))
-    names = slice_names(base, X.SLICE)
+    base, _ = B.load_base(Path(run.data.tags["recipe_audit.base_dir"]))
+    names = slice_names(base, I.SLICE)
     dw, outside, _ = update_vector(base, names, adapter=adapter)
     assert dw.shape[0] == sum(dict(base.named_parameters())[n].numel() for n in names)
     assert not outside  # LoRA touches only the declared slice

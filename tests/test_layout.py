@@ -8,6 +8,9 @@ stats -> cards -> store / registry, with one door to each framework.
 * ``recipe_audit.stats`` imports the standard library, NumPy and SciPy only;
 * ``recipe_audit.keys`` and ``recipe_audit.errors`` import the standard library only;
 * ``recipe_audit.cards`` and ``recipe_audit.stats`` import no training code (torch & co.);
+* ``recipe_audit.acceptance`` (the acceptance audit's records, mechanism config, signatures and
+  the experiment's orchestration) imports no training library: its training code lives in
+  ``recipe_audit.train.acceptance``, and no Hydra (it is given typed configs);
 * ``recipe_audit.cards`` builds, renders and checks cards from data it is given: it does not read
   the store (``recipe_audit.release`` computes cards from the store, on top of both);
 * no two modules import each other, directly or through others.
@@ -97,9 +100,35 @@ def test_stats_is_numpy_and_scipy_only():
 
 
 def test_cards_and_stats_import_no_training_code():
-    bad = _offenders(tuple(n for n in MODULES if not _in(n, "recipe_audit.cards", "recipe_audit.stats")),
-                     lambda m: _top(m) in TRAINING or _in(m, "recipe_audit.train", "recipe_audit.app"))
+    bad = [f"{name}:{line} imports {mod}" for name, found in IMPORTS.items()
+           if _in(name, "recipe_audit.cards", "recipe_audit.stats") for mod, line in found
+           if _top(mod) in TRAINING or _in(mod, "recipe_audit.train", "recipe_audit.app")]
     assert bad == []
+
+
+def test_acceptance_imports_no_training_library():
+    bad = [f"{name}:{line} imports {mod}" for name, found in IMPORTS.items() if _in(name, "recipe_audit.acceptance")
+           for mod, line in found if _top(mod) in TRAINING]
+    assert bad == []
+
+
+def test_the_acceptance_card_is_a_card():
+    """The acceptance card's modules sit in ``cards/`` (so the two tests above hold them: no
+    training code, no store) and are split like the recipe card's: document, build, render, files."""
+    card = sorted(n for n in MODULES if _in(n, "recipe_audit.cards.acceptance"))
+    assert card == ["recipe_audit.cards.acceptance", *(f"recipe_audit.cards.acceptance.{m}"
+                                                        for m in ("build", "document", "files", "render"))]
+    assert not [n for n in MODULES if _in(n, "recipe_audit.acceptance") and "card" in n.rsplit(".", 1)[-1]]
+
+
+@pytest.mark.parametrize("room", ["recipe_audit.acceptance", "recipe_audit.cards"])
+def test_the_room_check_finds_a_training_import(monkeypatch, room):
+    """The checks themselves: a planted ``import torch`` in the acceptance audit or in a card module is caught."""
+    name = f"{room}.records" if room == "recipe_audit.acceptance" else f"{room}.acceptance.render"
+    monkeypatch.setitem(IMPORTS, name, [*IMPORTS[name], ("torch", 1)])
+    with pytest.raises(AssertionError):
+        test_acceptance_imports_no_training_library() if room == "recipe_audit.acceptance" \
+            else test_cards_and_stats_import_no_training_code()
 
 
 def test_cards_do_not_read_the_store():

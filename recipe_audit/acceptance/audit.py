@@ -259,7 +259,8 @@ def run_acceptance(req: AcceptanceRequest, *, records: pd.DataFrame | None = Non
     mech_source = None
     if mechanisms is None:
         mechanisms = {}
-        from recipe_audit.acceptance.mechanism import compute_signatures, load_mechanism_spec, read_alphas
+        from recipe_audit.acceptance.mechanism import compute_signatures, read_alphas
+        from recipe_audit.acceptance.mechanism_spec import load_mechanism_spec
 
         if req.mechanism:
             spec = load_mechanism_spec(req.mechanism, defense_cells=defense_cells)

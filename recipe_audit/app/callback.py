@@ -897,8 +897,11 @@ class AcceptanceSweepCallback(RecipeAuditCallback):
                  tags: dict[str, str]) -> tuple[str, dict[str, str]]:
         from recipe_audit import keys
         from recipe_audit.acceptance.experiment import cell_run
+        from recipe_audit.app.schema import typed
+        from recipe_audit.config import DefenseConfig, ExperimentConfig
 
-        name, cell_tags = cell_run(resolved["experiment"], resolved["defense"], int(seed))
+        name, cell_tags = cell_run(typed(resolved["experiment"], ExperimentConfig),
+                                   typed(resolved["defense"], DefenseConfig), int(seed))
         kept = {k: v for k, v in tags.items() if k not in (keys.TAG_MODEL, keys.TAG_TASK)}
         return name, {**kept, **cell_tags}
 
@@ -924,6 +927,7 @@ class AcceptanceSweepCallback(RecipeAuditCallback):
 
     def _cards(self, sweep, config: DictConfig) -> None:
         from recipe_audit.acceptance.experiment import acceptance_card_for_sweep
+        from recipe_audit.app.schema import typed
+        from recipe_audit.config import ExperimentConfig
 
-        acceptance_card_for_sweep(sweep, OmegaConf.to_container(config.experiment, resolve=True),
-                       Path(str(config.hydra.sweep.dir)))
+        acceptance_card_for_sweep(sweep, typed(config.experiment, ExperimentConfig), Path(str(config.hydra.sweep.dir)))

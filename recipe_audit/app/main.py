@@ -173,10 +173,13 @@ def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from recipe_audit.acceptance.experiment import BaseModelError, cell_name, run_cell_job
+    from recipe_audit.acceptance.experiment import cell_name, run_cell_job
+    from recipe_audit.app.schema import typed
+    from recipe_audit.config import DefenseConfig, ExperimentConfig
+    from recipe_audit.train.acceptance.base import BaseModelError
 
-    exp = OmegaConf.to_container(cfg.experiment, resolve=True)
-    defense = OmegaConf.to_container(cfg.defense, resolve=True)
+    exp: ExperimentConfig = typed(cfg.experiment, ExperimentConfig)
+    defense: DefenseConfig = typed(cfg.defense, DefenseConfig)
     try:
         threads.apply(cfg.threads)
     except threads.ThreadsError as exc:
@@ -190,7 +193,7 @@ def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
         if logger is not None:
             _stop_if_store_gone(logger.store.uri, int(cfg.seed), exc)
         if HydraConfig.get().mode != RunMode.MULTIRUN:
-            _fail(f"cell {cell_name(str(defense['name']), int(cfg.seed))} FAILED ({type(exc).__name__}: {exc})", exc)
+            _fail(f"cell {cell_name(str(defense.name), int(cfg.seed))} FAILED ({type(exc).__name__}: {exc})", exc)
         raise
 
 

@@ -110,3 +110,14 @@ def register_plugin() -> None:
                  "SeedJoblibLauncher", "TolerantLocalLauncher", "TolerantSlurmLauncher"):
         if getattr(plugins, name, None) is not None:
             Plugins.instance().register(getattr(plugins, name))
+
+
+def typed(node: Any, schema: type) -> Any:
+    """``node`` (a config node of ``schema``'s shape, or its plain dict) as a ``schema`` dataclass:
+    ``OmegaConf.to_object`` on the structured config, so a value of the wrong type fails here, in
+    OmegaConf's words."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if not (isinstance(node, DictConfig) and OmegaConf.get_type(node) is schema):
+        node = OmegaConf.merge(OmegaConf.structured(schema), node)
+    return OmegaConf.to_object(node)

@@ -4,12 +4,13 @@ stops the experiment with one sentence (fast: a few steps of a tiny base)."""
 
 from __future__ import annotations
 
-import copy
 import json
+from dataclasses import replace
 
 import pytest
 
-from recipe_audit.acceptance import experiment as X
+from recipe_audit.config import AcceptanceBaseConfig, AcceptanceModelConfig, ExperimentConfig
+from recipe_audit.train.acceptance import base as B
 
 # docs/acceptance_cards.md, "The base model on other machines": held-out accuracy (mcq, both
 # framings) of the default base, seed 0, on a 2-core AMD EPYC VM, per torch thread count
@@ -18,52 +19,51 @@ DOCUMENTED_HELDOUT = {1: 0.99, 2: 0.898}
 TOLERANCE = 0.02
 MAX_FRAMING_GAP = 0.03  # no framing gap before the install
 
-TINY = {  # a base of a few steps: for the refusal checks
-    "kind": "acceptance", "data_seed": 0, "n_words": 32, "n_train_subjects": 3, "n_fresh_subjects": 2, "pool_size": 8,
-    "n_base": 60, "n_install": 20, "n_eval": 6, "n_calibration": 4, "attack_fraction": 0.9, "resamples": 50,
-    "model": {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_length": 40},
-    "base": {"seed": 0, "lr": 3e-3, "steps": 5, "batch_size": 16, "grad_clip": 1.0, "min_accuracy": 0.0},
-}
+TINY = ExperimentConfig(  # a base of a few steps: for the refusal checks
+    data_seed=0, n_words=32, n_train_subjects=3, n_fresh_subjects=2, pool_size=8, n_base=60, n_install=20, n_eval=6,
+    n_calibration=4, attack_fraction=0.9, resamples=50,
+    model=AcceptanceModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_length=40),
+    base=AcceptanceBaseConfig(seed=0, lr=3e-3, steps=5, batch_size=16, grad_clip=1.0, min_accuracy=0.0),
+)
 
 
-def _default_experiment(cache_dir) -> dict:
+def _default_experiment(cache_dir) -> ExperimentConfig:
     """The ``experiment`` section of ``experiment=acceptance`` at its default size, as Hydra composes it."""
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
     from recipe_audit.app import config_dir
-    from recipe_audit.app.schema import register_configs
+    from recipe_audit.app.schema import register_configs, typed
 
     register_configs()
     with initialize_config_dir(str(config_dir()), version_base="1.3"):
         cfg = compose("config", ["experiment=acceptance", f"experiment.cache_dir={cache_dir}"])
-    return OmegaConf.to_container(cfg.experiment, resolve=True)
+    return typed(cfg.experiment, ExperimentConfig)
 
 
 def test_default_size_declares_the_recipe_and_the_floor(tmp_path):
     exp = _default_experiment(tmp_path)
-    assert exp["base"]["grad_clip"] == 1.0
-    assert exp["base"]["steps"] == 6000
-    assert 0.8 <= exp["base"]["min_accuracy"] < min(DOCUMENTED_HELDOUT.values()) - TOLERANCE
+    assert isinstance(exp, ExperimentConfig)
+    assert exp.base.grad_clip == 1.0
+    assert exp.base.steps == 6000
+    assert 0.8 <= exp.base.min_accuracy < min(DOCUMENTED_HELDOUT.values()) - TOLERANCE
 
 
 def test_base_below_its_floor_stops_with_one_sentence(tmp_path):
     """Five steps of a tiny base cannot answer every held-out question: with a floor of 100 % the
     experiment refuses in one sentence naming the accuracy, the key and the floor, and caches nothing."""
-    exp = copy.deepcopy(TINY)
-    exp["base"]["min_accuracy"] = 1.0
-    with pytest.raises(X.BaseModelError, match=r"^The base model of experiment=acceptance answers \d+\.\d% of "
+    exp = replace(TINY, base=replace(TINY.base, min_accuracy=1.0))
+    with pytest.raises(B.BaseModelError, match=r"^The base model of experiment=acceptance answers \d+\.\d% of "
                                                r"held-out mcq questions right, below experiment\.base\.min_accuracy "
                                                r"= 100% \(final training loss \d\.\d{3}\): it did not learn the "
                                                r"task, so no cell installed on it can be audited\.$") as err:
-        X.ensure_base(exp, tmp_path / "cache")
+        B.ensure_base(exp, tmp_path / "cache")
     assert "\n" not in str(err.value)
     assert not list((tmp_path / "cache").glob("base-*"))
-    exp["base"]["min_accuracy"] = 1.5
-    with pytest.raises(X.BaseModelError, match=r"experiment\.base\.min_accuracy must be between 0 and 1, not 1\.5\)"):
-        X.ensure_base(exp, tmp_path / "cache")
-    exp["base"]["min_accuracy"] = 0.0  # no floor: the same base trains and is cached
-    assert (X.ensure_base(exp, tmp_path / "cache") / "base.json").is_file()
+    exp = replace(TINY, base=replace(TINY.base, min_accuracy=1.5))
+    with pytest.raises(B.BaseModelError, match=r"experiment\.base\.min_accuracy must be between 0 and 1, not 1\.5\)"):
+        B.ensure_base(exp, tmp_path / "cache")
+    exp = replace(TINY, base=replace(TINY.base, min_accuracy=0.0))  # no floor: the same base trains and is cached
+    assert (B.ensure_base(exp, tmp_path / "cache") / "base.json").is_file()
 
 
 @pytest.mark.slow
@@ -77,7 +77,7 @@ def test_base_model_reaches_the_documented_accuracy(tmp_path, threads):
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        root = X.ensure_base(exp, exp["cache_dir"])
+        root = B.ensure_base(exp, exp.cache_dir)
     finally:
         torch.set_num_threads(before)
     acc = json.loads((root / "base.json").read_text())["accuracy"]
@@ -85,4 +85,4 @@ def test_base_model_reaches_the_documented_accuracy(tmp_path, threads):
     held = (held_eval + held_deploy) / 2
     assert abs(held - DOCUMENTED_HELDOUT[threads]) <= TOLERANCE, acc
     assert abs(held_eval - held_deploy) <= MAX_FRAMING_GAP, acc
-    assert held >= exp["base"]["min_accuracy"]
+    assert held >= exp.base.min_accuracy

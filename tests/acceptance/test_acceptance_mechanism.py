@@ -13,7 +13,9 @@ from helpers.acceptance_synth import calibration_items, records, tiny_bert, writ
 from helpers.cli import run_cli
 
 from recipe_audit.acceptance import mechanism as mech
+from recipe_audit.acceptance import mechanism_spec
 from recipe_audit.stats import acceptance as gates
+from recipe_audit.train.acceptance import weights
 
 QV = ["bert.encoder.layer.*.attention.self.query.weight", "bert.encoder.layer.*.attention.self.value.weight"]
 R, ALPHA = 2, 4
@@ -38,7 +40,7 @@ def world(tmp_path_factory):
             if "lora_B" in n:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.1)
     pm.save_pretrained(root / "adapter")
-    mech.write_base_fingerprint(root / "adapter", base)
+    weights.write_base_fingerprint(root / "adapter", base)
     ft = copy.deepcopy(base)
     with torch.no_grad():
         for n, p in ft.named_parameters():
@@ -53,13 +55,13 @@ def world(tmp_path_factory):
 
 
 def _names(world, patterns=QV):
-    return mech.slice_names(world["base"], patterns)
+    return weights.slice_names(world["base"], patterns)
 
 
 def test_lora_delta_is_b_a_scaling_on_the_slice(world):
     names = _names(world)
     assert len(names) == 4
-    dw, outside, notes = mech.update_vector(world["base"], names, adapter=str(world["root"] / "adapter"))
+    dw, outside, notes = weights.update_vector(world["base"], names, adapter=str(world["root"] / "adapter"))
     sd = dict(world["peft"].named_parameters())
     parts = []
     for n in names:
@@ -70,13 +72,13 @@ def test_lora_delta_is_b_a_scaling_on_the_slice(world):
     np.testing.assert_allclose(dw, np.concatenate(parts), rtol=1e-5, atol=1e-7)
     assert outside == () and notes == ()
     # the same from the in-memory PeftModel; the base is never modified
-    dw2, _, _ = mech.update_vector(world["base"], names, adapter=world["peft"])
+    dw2, _, _ = weights.update_vector(world["base"], names, adapter=world["peft"])
     np.testing.assert_allclose(dw, dw2, rtol=1e-6, atol=1e-8)
 
 
 def test_changes_outside_the_slice_are_noted(world):
     names = _names(world, ["bert.encoder.layer.*.attention.self.query.weight"])
-    _, outside, _ = mech.update_vector(world["base"], names, adapter=str(world["root"] / "adapter"))
+    _, outside, _ = weights.update_vector(world["base"], names, adapter=str(world["root"] / "adapter"))
     assert len(outside) == 2 and all("value" in n for n in outside)
 
 
@@ -86,7 +88,7 @@ def test_gradients_are_the_documented_losses(world):
 
     base, tok, items = world["base"], world["tok"], world["items"]
     names = _names(world)
-    v_t, v_a = mech.loss_gradients(base, tok, items, names, batch_size=5)
+    v_t, v_a = weights.loss_gradients(base, tok, items, names, batch_size=5)
     base.eval()
     params = dict(base.named_parameters())
 
@@ -121,7 +123,7 @@ def _with_delta(base, names, dw):
 def test_constructed_updates_on_a_real_model(world):
     base, tok, items = world["base"], world["tok"], world["items"]
     names = _names(world)
-    v_t, v_a = mech.loss_gradients(base, tok, items, names)
+    v_t, v_a = weights.loss_gradients(base, tok, items, names)
     orth = v_t - (v_t @ v_a) / (v_a @ v_a) * v_a  # orthogonal to v_A, aligned with v_T
     orth *= 1e-3 / np.linalg.norm(orth)
     out = mech.mechanism_from_models(
@@ -140,7 +142,7 @@ def test_constructed_updates_on_a_real_model(world):
 
 def test_full_finetune_from_disk(world):
     names = _names(world)
-    dw, outside, _ = mech.update_vector(world["base"], names, finetuned=str(world["root"] / "finetuned"))
+    dw, outside, _ = weights.update_vector(world["base"], names, finetuned=str(world["root"] / "finetuned"))
     ref = np.concatenate([(dict(world["ft"].named_parameters())[n] - dict(world["base"].named_parameters())[n])
                           .detach().double().numpy().ravel() for n in names])
     np.testing.assert_allclose(dw, ref, atol=1e-7)
@@ -149,21 +151,21 @@ def test_full_finetune_from_disk(world):
 
 def test_slice_naming_missing_parameters(world):
     with pytest.raises(mech.MechanismError, match="matches no parameter of the base model"):
-        mech.slice_names(world["base"], ["gpt_neox.layers.*.attention.query_key_value.weight"])
+        weights.slice_names(world["base"], ["gpt_neox.layers.*.attention.query_key_value.weight"])
 
 
 def test_adapter_of_another_base_model(world, tmp_path):
     other, _ = tiny_bert(seed=0, hidden=48)
-    names = mech.slice_names(other, QV)
+    names = weights.slice_names(other, QV)
     with pytest.raises(mech.MechanismError, match="another base model"):
-        mech.update_vector(other, names, adapter=str(world["root"] / "adapter"))
+        weights.update_vector(other, names, adapter=str(world["root"] / "adapter"))
     same_shape, _ = tiny_bert(seed=5)  # identical shapes, other weights: caught by the fingerprint
     with pytest.raises(mech.MechanismError, match="another base model"):
-        mech.update_vector(same_shape, _names(world), adapter=str(world["root"] / "adapter"))
+        weights.update_vector(same_shape, _names(world), adapter=str(world["root"] / "adapter"))
     with pytest.raises(mech.MechanismError, match="another base model"):
-        mech.update_vector(other, names, finetuned=str(world["root"] / "finetuned"))
+        weights.update_vector(other, names, finetuned=str(world["root"] / "finetuned"))
     with pytest.raises(mech.MechanismError, match="no peft adapter"):
-        mech.update_vector(world["base"], _names(world), adapter=str(tmp_path))
+        weights.update_vector(world["base"], _names(world), adapter=str(tmp_path))
 
 
 def test_calibration_and_spec_errors(world, tmp_path):
@@ -173,17 +175,17 @@ def test_calibration_and_spec_errors(world, tmp_path):
         mech.load_calibration(bad)
     write_jsonl([{"eval_text": "test", "deploy_text": "user", "label": 9, "attack_label": 0}], bad)
     with pytest.raises(mech.MechanismError, match="label 9, outside the model's 4 classes"):
-        mech.loss_gradients(world["base"], world["tok"], mech.load_calibration(bad), _names(world))
+        weights.loss_gradients(world["base"], world["tok"], mech.load_calibration(bad), _names(world))
     spec = tmp_path / "m.yaml"
     spec.write_text("base_model: b\ncalibration: c\nslice: [x]\nclaimed_class: shrinkage\ncells: {zz: {adapter: a}}\n")
     with pytest.raises(mech.MechanismError, match="'zz', which is not a --defense cell"):
-        mech.load_mechanism_spec(spec, defense_cells=["def"])
+        mechanism_spec.load_mechanism_spec(spec, defense_cells=["def"])
     spec.write_text("base_model: b\ncalibration: c\nslice: [x]\ncells: {def: {adapter: a}}\n")
     with pytest.raises(mech.MechanismError, match="no claimed class"):
-        mech.load_mechanism_spec(spec, defense_cells=["def"])
+        mechanism_spec.load_mechanism_spec(spec, defense_cells=["def"])
     spec.write_text("base_model: b\ncalibration: c\nslice: [x]\nclaimd_class: shrinkage\n")
     with pytest.raises(mech.MechanismError, match="unknown key"):
-        mech.load_mechanism_spec(spec)
+        mechanism_spec.load_mechanism_spec(spec)
 
 
 def test_alphas_json(tmp_path):
@@ -269,8 +271,8 @@ def test_causal_lm_option_scoring(tmp_path):
             for i in range(4)]
     write_jsonl(rows, tmp_path / "c.jsonl")
     items = mech.load_calibration(tmp_path / "c.jsonl")
-    names = mech.slice_names(base, ["gpt_neox.layers.*.attention.query_key_value.weight"])
-    v_t, v_a = mech.loss_gradients(base, tok, items, names, model_type="causal-lm")
+    names = weights.slice_names(base, ["gpt_neox.layers.*.attention.query_key_value.weight"])
+    v_t, v_a = weights.loss_gradients(base, tok, items, names, model_type="causal-lm")
     # by hand for the attack loss: option log-probabilities after the prompt, CE over options
     params = dict(base.named_parameters())
     losses = []
@@ -299,14 +301,14 @@ def test_models_from_mlflow_artifacts(world, store, tmp_path):
     remote = tmp_path / "remote.yaml"
     remote.write_text(f"base_model: runs:/{run}/base\ncalibration: {world['root'] / 'calib.jsonl'}\n"
                       f"slice: {json.dumps(QV)}\nclaimed_class: shrinkage\ncells: {{def: {{adapter: runs:/{run}/adapter}}}}\n")
-    got = mech.compute_signatures(mech.load_mechanism_spec(remote, defense_cells=["def"]), tracking_uri=store)
-    local = mech.compute_signatures(mech.load_mechanism_spec(_spec(world, tmp_path, cells="{def: {adapter: ADAPTER}}"),
+    got = mech.compute_signatures(mechanism_spec.load_mechanism_spec(remote, defense_cells=["def"]), tracking_uri=store)
+    local = mech.compute_signatures(mechanism_spec.load_mechanism_spec(_spec(world, tmp_path, cells="{def: {adapter: ADAPTER}}"),
                                                              defense_cells=["def"]))
     assert got["def"].signature.rho == pytest.approx(local["def"].signature.rho, rel=1e-9)
     bad = tmp_path / "bad.yaml"
     bad.write_text(remote.read_text().replace(f"runs:/{run}/adapter", f"runs:/{run}/nothing"))
     with pytest.raises(mech.MechanismError, match="cannot be fetched"):
-        mech.compute_signatures(mech.load_mechanism_spec(bad, defense_cells=["def"]), tracking_uri=store)
+        mech.compute_signatures(mechanism_spec.load_mechanism_spec(bad, defense_cells=["def"]), tracking_uri=store)
 
 
 def test_python_api_with_in_memory_models(world):
