@@ -7,7 +7,7 @@ torch threads and CPU float kernels (docs/acceptance_cards.md, "The base model o
 
 Each row trains the base model of ``experiment=acceptance`` (default size; ``--overrides`` are
 Hydra overrides of the app, e.g. ``experiment.base.lr=1e-3``) once, in its own process, exactly as the experiment
-does (its configuration composed by Hydra, ``recipe_audit.acceptance.experiment.ensure_base``, a
+does (its configuration composed by Hydra, ``recipe_audit.train.acceptance.base.ensure_base``, a
 fresh cache), and prints its accuracy
 on the evaluation questions: held-out questions of the training subjects and fresh subjects of
 ``mcq``, held-out ``syco``, each under eval and deploy framing.
@@ -39,16 +39,16 @@ CHILD = r"""
 import json, sys, tempfile
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-from recipe_audit.acceptance.experiment import ensure_base
 from recipe_audit.app import config_dir
-from recipe_audit.app.schema import register_configs
+from recipe_audit.app.schema import register_configs, typed
+from recipe_audit.config import ExperimentConfig
+from recipe_audit.train.acceptance.base import ensure_base
 threads, overrides = int(sys.argv[1]), sys.argv[2:]
 torch.set_num_threads(threads)
 register_configs()
 with initialize_config_dir(str(config_dir()), version_base="1.3"):
     cfg = compose("config", ["experiment=acceptance", *overrides])
-exp = OmegaConf.to_container(cfg.experiment, resolve=True)
+exp = typed(cfg.experiment, ExperimentConfig)
 root = ensure_base(exp, tempfile.mkdtemp(prefix="acceptance_base_"))
 info = json.loads((root / "base.json").read_text())
 print(json.dumps({"accuracy": info["accuracy"], "final_loss": info["final_loss"],
