@@ -328,3 +328,67 @@ def test_python_api_with_in_memory_models(world):
     assert doc["source"]["mechanism"] == {"kind": "in-memory"}
     with pytest.raises(AcceptanceError, match="not a defense cell"):
         run_acceptance(req, records=df, mechanisms={"zz": got["def"]})
+
+
+SPEC_HEAD = "base_model: b\ncalibration: c\nslice: [x]\n"
+
+
+@pytest.mark.parametrize("text, sentence", [
+    ("- a\n", "The mechanism config SPEC must be a mapping of keys."),
+    (SPEC_HEAD + "claimd_class: shrinkage\n", "The mechanism config SPEC has unknown key(s) ['claimd_class']; known: "),
+    ("base_model: b\ncalibration: c\nslice: []\ncells: {def: {adapter: a}}\n",
+     "The mechanism config SPEC must declare 'slice'."),
+    ("base_model: [b\n", None),  # not YAML
+    ("base_model: b\ncalibration: c\nslice: [1]\ncells: {def: {adapter: a}}\n",
+     "The slice in SPEC must be a list of parameter-name patterns."),
+    (SPEC_HEAD + "claimed_class: shrinkage\ncells: {def: {adapter: a, finetuned: f}}\n",
+     "Cell 'def' in SPEC must give exactly one of 'adapter' and 'finetuned'."),
+    (SPEC_HEAD + "claimed_class: shrinkage\n",
+     "The mechanism config SPEC names no cell update (cells: {CELL: {adapter: PATH}})."),
+    (SPEC_HEAD + "claimed_class: shrinkage\nmodel_type: t5\ncells: {def: {adapter: a}}\n",
+     "model_type must be one of ['sequence-classification', 'causal-lm'], not 't5'."),
+    (SPEC_HEAD + "claimed_class: shrinkage\ntask_framings: [eval, exam]\ncells: {def: {adapter: a}}\n",
+     "task_framings and attack_framing must name 'eval' or 'deploy'."),
+    (SPEC_HEAD + "claimed_class: shrinkage\nmax_length: 0\ncells: {def: {adapter: a}}\n",
+     "max_length in SPEC must be a positive integer, not 0."),
+    (SPEC_HEAD + "claimed_class: shrinkage\nbatch_size: true\ncells: {def: {adapter: a}}\n",
+     "batch_size in SPEC must be a positive integer, not True."),
+    (SPEC_HEAD + "claimed_class: wrong\ncells: {def: {adapter: a}}\n",
+     "The claimed class of cell 'def' is 'wrong'; use 'shrinkage' or 'attack-targeted'."),
+    (SPEC_HEAD + "cells: {def: {adapter: a}}\n",
+     "The mechanism config declares no claimed class for cell 'def'; set claimed_class to 'shrinkage' or "
+     "'attack-targeted'."),
+])
+def test_cli_bad_mechanism_spec_is_one_sentence_and_exit_2(tmp_path, capsys, text, sentence):
+    """A mechanism config with a bad value stops the command before any model is loaded: the spec's
+    own sentence on stderr, exit 2, no card."""
+    records({"base": (0.4, 0.8), "def": (0.7, 0.8)}, n_questions=8, n_templates=2).to_csv(tmp_path / "r.csv", index=False)
+    spec = tmp_path / "m.yaml"
+    spec.write_text(text)
+    rc, out, err = run_cli(["acceptance", "--records", str(tmp_path / "r.csv"), "--defense", "def", "--baseline", "base",
+                            "--mechanism", str(spec), "--resamples", "50", "--json", str(tmp_path / "card.json")], capsys)
+    assert rc == 2 and not out and err.count("\n") == 1, err
+    if sentence is None:
+        assert err == f"recipe-audit: error: The mechanism config {spec} is not valid YAML or JSON.\n"
+    else:
+        assert err.startswith("recipe-audit: error: " + sentence.replace("SPEC", str(spec))), err
+    assert not (tmp_path / "card.json").exists()
+
+
+def test_a_spec_built_in_python_is_checked_the_same_way():
+    """The checks live in the spec itself: a MechanismSpec made in Python fails with the same sentence
+    (without a file to name), and a good one is read-only."""
+    good = {"base_model": "b", "calibration": "c", "slice": ("x",), "claimed_class": "shrinkage",
+            "cells": {"def": mechanism_spec.CellUpdate(adapter="a")}}
+    spec = mechanism_spec.MechanismSpec(**good)
+    assert spec.claimed_for("def") == "shrinkage" and spec.max_length == 128
+    with pytest.raises(TypeError):
+        spec.cells["other"] = mechanism_spec.CellUpdate(adapter="b")
+    for change, sentence in (({"max_length": 0}, "max_length must be a positive integer, not 0."),
+                             ({"attack_framing": "exam"}, "task_framings and attack_framing must name"),
+                             ({"slice": ()}, "The slice must be a list of parameter-name patterns."),
+                             ({"cells": {}}, "The mechanism config names no cell update"),
+                             ({"claimed_class": None}, "The mechanism config declares no claimed class for cell 'def'")):
+        with pytest.raises(mech.MechanismError) as err:
+            mechanism_spec.MechanismSpec(**{**good, **change})
+        assert str(err.value).startswith(sentence) and "\n" not in str(err.value)
