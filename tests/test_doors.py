@@ -22,7 +22,7 @@ from recipe_audit.app import main as app_main
 from recipe_audit.app.callback import OptionError as CallbackOptionError
 from recipe_audit.app.schema import register_configs
 from recipe_audit.cards.model import CardOptions
-from recipe_audit.stats.exact import sample_floor
+from recipe_audit.stats.floors import sample_floor
 
 register_configs()
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from recipe_audit.cards.model import CardError
-from recipe_audit.stats import exact
+from recipe_audit.stats import checks, exact, floors
 from recipe_audit.stats.anytime import anytime_bound
 from recipe_audit.stats.family import BONFERRONI, HOLM, family_bounds
 
@@ -87,8 +87,8 @@ def apply_family(entries: list[dict[str, Any]], eps: float, delta: float,
             if tested else None
         labels = [e["label"] for e in group] + [f"recipe {x[:8]}" for x in extra]
         by_entry = {id(e): mem for (e, _), mem in zip(tested, card.members if card else (), strict=True)}
-        fd = exact.scaled(delta, m)  # δ/M as the exact number it stands for (its floor's ties are ties)
-        floor = exact.floor_of(eps, fd)
+        fd = checks.scaled(delta, m)  # δ/M as the exact number it stands for (its floor's ties are ties)
+        floor = floors.floor_of(eps, fd)
         for e, c in counted:
             mem = by_entry.get(id(e))
             obj: dict[str, Any] = {

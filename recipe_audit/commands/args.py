@@ -9,7 +9,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-#: The most reruns a count may hold (the same as recipe_audit.stats.exact.MAX_RERUNS).
+#: The most reruns a count may hold (the same as recipe_audit.stats.checks.MAX_RERUNS).
 MAX_RERUNS = 10**15
 
 #: Help text of every ``--tracking-uri``: the true default (recipe_audit.store.tracking.resolve_tracking_uri).

@@ -1,7 +1,10 @@
 """Pure statistics of recipe cards: numpy and scipy only (pure Python for one cell).
 
-* :mod:`.exact` — the statistics of one cell in pure Python: the exact sample floor ``N_min``, the
-  bounds for one ``(k, n)``, the verdict, ``tail_bound``;
+* :mod:`.exact` — the statistics of one cell in pure Python: the bounds for one ``(k, n)``, the
+  verdict, ``tail_bound``;
+* :mod:`.checks` — the numbers a statistic of one cell takes (counts, ε, δ), checked;
+* :mod:`.floors` — the exact sample floor ``N_min`` and the one floor search every other floor uses;
+* :mod:`.tails` — binomial tails in pure Python and the bisection over floats the bounds use;
 * :mod:`.bounds` — one-sided exact Clopper–Pearson bounds for arrays (NumPy and SciPy);
 * :mod:`.verdicts` — the verdict strings and rules;
 * :mod:`.rules` — the comparison rules (mean, median, bootstrap, mean − 2 sd, card);
@@ -26,7 +29,8 @@ import importlib
 
 _WHERE = {
     "exact": ("INSUFFICIENT", "REFUSED_SHIFT", "STRONG_UNSUPPORTED", "SUPPORTED", "UNSUPPORTED", "VERDICTS",
-              "TailBound", "more_clean_reruns_needed", "sample_floor", "tail_bound", "verdict"),
+              "TailBound", "more_clean_reruns_needed", "tail_bound", "verdict"),
+    "floors": ("sample_floor",),
     "bounds": ("clopper_pearson_lower", "clopper_pearson_upper"),
     "verdicts": ("verdict_array",),
     "band": ("BAND_METHODS", "BandBounds", "SimultaneousBand", "band_bounds", "band_coverage",

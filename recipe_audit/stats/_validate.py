@@ -6,8 +6,8 @@ import numbers
 
 import numpy as np
 
+from recipe_audit.stats.checks import DELTA_RULE, MAX_RERUNS, MAX_RERUNS_TEXT, Typed
 from recipe_audit.stats.errors import StatsInputError
-from recipe_audit.stats.exact import DELTA_RULE, MAX_RERUNS, MAX_RERUNS_TEXT, Typed
 
 
 def _fmt(x) -> str:

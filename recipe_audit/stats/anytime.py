@@ -53,8 +53,28 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from recipe_audit.stats import exact
+from recipe_audit.stats.checks import (
+    MAX_RERUNS,
+    MAX_RERUNS_TEXT,
+    check_count,
+    check_counts,
+    check_delta,
+    check_eps,
+)
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
+from recipe_audit.stats.floors import checked_floor, first_passing, floor_of
+from recipe_audit.stats.tails import (
+    TailTooLong,
+    finite,
+    float_bits,
+    float_from_bits,
+    last_true,
+    log_cdf,
+    log_dbinom,
+    log_sf,
+    scipy_special,
+)
 
 __all__ = [
     "ANYTIME_METHOD",
@@ -93,7 +113,7 @@ def _log_pmf(k: int, n: int, p: float) -> float:
         return n * math.log1p(-p)
     if k == n:
         return n * math.log(p)
-    return exact.log_dbinom(k, n, p, 1.0 - p)
+    return log_dbinom(k, n, p, 1.0 - p)
 
 
 def _log_m_up(k: int, n: int, p: float) -> float:
@@ -102,10 +122,10 @@ def _log_m_up(k: int, n: int, p: float) -> float:
         log_tail = math.log(-math.expm1((n + 1) * math.log1p(-p)))
     else:
         try:  # P(X >= k + 1) = 1 - P(X <= k) for X ~ Binomial(n + 1, p), whose mean exceeds k
-            log_tail = math.log(-math.expm1(exact.log_cdf(k, n + 1, p)))
-        except exact.TailTooLong:
+            log_tail = math.log(-math.expm1(log_cdf(k, n + 1, p)))
+        except TailTooLong:
             # I_p(k + 1, n + 1 - k); SciPy's bdtrc takes n as a C int and gives NaN above 2**31 - 1
-            log_tail = math.log(exact.finite(float(exact.scipy_special().betainc(float(k + 1), float(n + 1 - k), p)),
+            log_tail = math.log(finite(float(scipy_special().betainc(float(k + 1), float(n + 1 - k), p)),
                                              f"The confidence sequence for {k} failures in {n} reruns"))
     return log_tail - math.log(n + 1) - math.log(p) - _log_pmf(k, n, p)
 
@@ -116,9 +136,9 @@ def _log_m_lo(k: int, n: int, p: float) -> float:
         log_tail = math.log(-math.expm1((n + 1) * math.log(p)))
     else:
         try:  # P(X <= k) = 1 - P(X >= k + 1) for X ~ Binomial(n + 1, p), whose mean is below k + 1
-            log_tail = math.log(-math.expm1(exact.log_sf(k + 1, n + 1, p)))
-        except exact.TailTooLong:
-            log_tail = math.log(exact.finite(float(exact.scipy_special().betaincc(float(k + 1), float(n + 1 - k), p)),
+            log_tail = math.log(-math.expm1(log_sf(k + 1, n + 1, p)))
+        except TailTooLong:
+            log_tail = math.log(finite(float(scipy_special().betaincc(float(k + 1), float(n + 1 - k), p)),
                                              f"The confidence sequence for {k} failures in {n} reruns"))
     return log_tail - math.log(n + 1) - math.log1p(-p) - _log_pmf(k, n, p)
 
@@ -128,17 +148,17 @@ def _upper(k: int, n: int, d: float) -> float:
         return 1.0
     t = -math.log(d)
     # the largest float that is not rejected, plus one: the smallest rejected one
-    last = exact.last_true(exact.float_bits(k / n), exact.float_bits(1.0),
-                           lambda b: _log_m_up(k, n, exact.float_from_bits(b)) < t)
-    return exact.float_from_bits(last + 1)
+    last = last_true(float_bits(k / n), float_bits(1.0),
+                           lambda b: _log_m_up(k, n, float_from_bits(b)) < t)
+    return float_from_bits(last + 1)
 
 
 def _lower(k: int, n: int, d: float) -> float:
     if k == 0:
         return 0.0
     t = -math.log(d)
-    return exact.float_from_bits(exact.last_true(0, exact.float_bits(k / n),
-                                                 lambda b: _log_m_lo(k, n, exact.float_from_bits(b)) >= t))
+    return float_from_bits(last_true(0, float_bits(k / n),
+                                                 lambda b: _log_m_lo(k, n, float_from_bits(b)) >= t))
 
 
 @lru_cache(maxsize=4096)
@@ -152,8 +172,8 @@ def anytime_upper(k, n, delta=DEFAULT_DELTA) -> float:
     >>> round(anytime_upper(0, 34), 4), round(anytime_upper(3, 59), 4), anytime_upper(5, 5)
     (0.0999, 0.1528, 1.0)
     """
-    k_i, n_i = exact.check_counts(k, n)
-    return _bounds(k_i, n_i, exact.check_delta(delta))[0]
+    k_i, n_i = check_counts(k, n)
+    return _bounds(k_i, n_i, check_delta(delta))[0]
 
 
 def anytime_lower(k, n, delta=DEFAULT_DELTA) -> float:
@@ -162,8 +182,8 @@ def anytime_lower(k, n, delta=DEFAULT_DELTA) -> float:
     >>> anytime_lower(0, 59), round(anytime_lower(10, 20), 4)
     (0.0, 0.2333)
     """
-    k_i, n_i = exact.check_counts(k, n)
-    return _bounds(k_i, n_i, exact.check_delta(delta))[1]
+    k_i, n_i = check_counts(k, n)
+    return _bounds(k_i, n_i, check_delta(delta))[1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,7 +201,7 @@ _SCAN_MAX = 10**6
 
 @lru_cache(maxsize=256)
 def _floor(e: float, d: float) -> int:
-    n_min = exact.floor_of(e, d)  # no valid test certifies a clean sample below the fixed-N floor
+    n_min = floor_of(e, d)  # no valid test certifies a clean sample below the fixed-N floor
     # For n <= 1/eps - 1, M^+(eps) <= (1 - eps)^-n <= e, so nothing is certified there when
     # delta < 1/e; and M^+(eps) increases with n from n = 1/eps - 2 on. Below that (delta >= 1/e
     # only) the floor is searched one rerun at a time.
@@ -197,28 +217,15 @@ def _floor(e: float, d: float) -> int:
         start = stop
     else:
         start = max(start, int(1.0 / e) - 1)
-    lo, hi = start - 1, start  # certified at hi?
-    while not _clean_certifies(hi, e, d):
-        lo, hi = hi, 2 * hi
-        if hi > 4 * exact.MAX_RERUNS:
-            raise StatsInputError(f"eps = {e!r} is too small to certify with at most {exact.MAX_RERUNS_TEXT} "
-                                  "reruns in an open-ended sweep.")
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if _clean_certifies(mid, e, d):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    floor = first_passing(lambda n: _clean_certifies(n, e, d), start - 1, start, limit=4 * MAX_RERUNS)
+    if floor is None:
+        raise StatsInputError(f"eps = {e!r} is too small to certify with at most {MAX_RERUNS_TEXT} "
+                              "reruns in an open-ended sweep.")
+    return floor
 
 
 def _check_floor(e: float, d: float) -> int:
-    floor = _floor(e, d)
-    if floor > exact.MAX_RERUNS:
-        raise StatsInputError(f"eps = {e!r} is too small to certify with at most {exact.MAX_RERUNS_TEXT} "
-                              f"reruns in an open-ended sweep (its floor at delta = {d!r} is "
-                              f"{exact.approx_count(floor)} reruns).")
-    return floor
+    return checked_floor(_floor(e, d), e, d, where=" in an open-ended sweep", name="its floor")
 
 
 def anytime_sample_floor(eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> int:
@@ -227,7 +234,7 @@ def anytime_sample_floor(eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> int:
     >>> anytime_sample_floor(0.1, 0.1), anytime_sample_floor(0.05, 0.05)
     (34, 88)
     """
-    return _check_floor(exact.check_eps(eps), exact.check_delta(delta))
+    return _check_floor(check_eps(eps), check_delta(delta))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,8 +299,8 @@ def anytime_bound(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> AnytimeBound:
     >>> anytime_bound(0, 30).verdict, anytime_bound(0, 30).pointwise_verdict
     ('insufficient-evidence', 'release-supported')
     """
-    k_i, n_i = exact.check_counts(k, n)
-    e, d = exact.check_eps(eps), exact.check_delta(delta)
+    k_i, n_i = check_counts(k, n)
+    e, d = check_eps(eps), check_delta(delta)
     floor = _check_floor(e, d)
     upper, lower = _bounds(k_i, n_i, d)
     pw = exact.tail_bound(k_i, n_i, e, d)
@@ -310,8 +317,8 @@ def anytime_verdict(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> str:
     >>> anytime_verdict(0, 34), anytime_verdict(0, 33), anytime_verdict(8, 20)
     ('release-supported', 'insufficient-evidence', 'strong-unsupported')
     """
-    k_i, n_i = exact.check_counts(k, n)
-    e, d = exact.check_eps(eps), exact.check_delta(delta)
+    k_i, n_i = check_counts(k, n)
+    e, d = check_eps(eps), check_delta(delta)
     return _verdict(k_i, n_i, e, d, _check_floor(e, d))
 
 
@@ -323,8 +330,8 @@ def anytime_thresholds(n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> tuple[int, in
     >>> anytime_thresholds(59), anytime_thresholds(20)
     ((1, 14), (-1, 7))
     """
-    n_i = exact.check_count("reruns n", n, minimum=1)
-    e, d = exact.check_eps(eps), exact.check_delta(delta)
+    n_i = check_count("reruns n", n, minimum=1)
+    e, d = check_eps(eps), check_delta(delta)
     return _thresholds(n_i, e, d)
 
 
@@ -360,8 +367,8 @@ def check_max_reruns(max_reruns, batch_size=1) -> tuple[int, int]:
     """Validate an open-ended sweep's maximum number of reruns and its batch size."""
     if max_reruns is None:
         raise StatsInputError("an open-ended (anytime) sweep needs a maximum number of reruns.")
-    b = exact.check_count("the batch size", batch_size, minimum=1)
-    m = exact.check_count("the maximum number of reruns", max_reruns, minimum=1)
+    b = check_count("the batch size", batch_size, minimum=1)
+    m = check_count("the maximum number of reruns", max_reruns, minimum=1)
     return m, b
 
 
@@ -434,7 +441,7 @@ def anytime_sequence(failures: Sequence[bool], eps=DEFAULT_EPS, delta=DEFAULT_DE
         raise StatsInputError("failures must be booleans (True = the rerun failed).")
     if len(outcomes) > m:
         raise StatsInputError(f"the sweep has {len(outcomes)} reruns, more than its maximum of {m}.")
-    e, d = exact.check_eps(eps), exact.check_delta(delta)
+    e, d = check_eps(eps), check_delta(delta)
     floor = _check_floor(e, d)
     looks = []
     k = 0

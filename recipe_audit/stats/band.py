@@ -71,6 +71,7 @@ from recipe_audit.stats._validate import (
 from recipe_audit.stats.bounds import clopper_pearson_upper, sample_floor
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
+from recipe_audit.stats.floors import first_passing
 
 __all__ = [
     "BAND_METHODS",
@@ -347,7 +348,8 @@ def _levels0(n: int, delta: float, method: str) -> float:
 @lru_cache(maxsize=256)
 def _floor(eps: float, delta: float, method: str, cap: int | None = None) -> int | None:
     """Smallest n (at most ``cap``) with levels[0] <= eps for one fixed method, None when there is
-    none up to ``cap``; levels[0] decreases with n (tested), so doubling then bisection finds it."""
+    none up to ``cap``; levels[0] decreases with n (tested), so the one floor search
+    (:func:`~.floors.first_passing`: doubling, then bisection) finds it."""
     lo = sample_floor(eps, delta) - 1  # the pointwise floor: no band certifies below it
     if cap is not None and lo >= cap:  # nor up to the cap: no band of that size is built
         return None
@@ -355,18 +357,7 @@ def _floor(eps: float, delta: float, method: str, cap: int | None = None) -> int
         raise AssertionError("a simultaneous band certified below the pointwise sample floor")
     if method == "dkw":
         return _dkw_floor(eps, delta)
-    hi = max(lo + 1, 2)
-    while _levels0(hi, delta, method) > eps:
-        if cap is not None and hi >= cap:
-            return None
-        lo, hi = hi, 2 * hi if cap is None else min(2 * hi, cap)
-    while hi - lo > 1:  # invariant: levels0(lo) > eps (or lo < 1), levels0(hi) <= eps
-        mid = (lo + hi) // 2
-        if _levels0(mid, delta, method) <= eps:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return first_passing(lambda n: _levels0(n, delta, method) <= eps, lo, max(lo + 1, 2), limit=cap)
 
 
 #: The most reruns at which a method's sample floor is searched (the DKW floor is a closed form).

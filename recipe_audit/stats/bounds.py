@@ -19,6 +19,7 @@ import numpy as np
 from scipy import special
 
 from recipe_audit.stats import exact as _exact
+from recipe_audit.stats import floors
 from recipe_audit.stats._validate import check_counts, check_delta
 
 __all__ = [
@@ -132,9 +133,9 @@ def clopper_pearson_lower(k, n, delta):
     return _result(out.reshape(shape), k, n, delta)
 
 
-# The scalar statistics of one cell (the floor, tail_bound, ...) live in .exact, in pure Python;
+# The scalar statistics of one cell (tail_bound, ...) live in .exact and .floors, in pure Python;
 # they are re-exported here, where they always were.
-sample_floor = _exact.sample_floor
+sample_floor = floors.sample_floor
 more_clean_reruns_needed = _exact.more_clean_reruns_needed
 tail_bound = _exact.tail_bound
 TailBound = _exact.TailBound

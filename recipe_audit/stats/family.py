@@ -40,7 +40,7 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from recipe_audit.stats import exact
+from recipe_audit.stats import checks, exact, floors, tails
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 
@@ -79,8 +79,8 @@ def check_family_size(family_size) -> int:
         raise StatsInputError(f"the family size M must be a whole number of recipes, got {value!r}.")
     if m < 1:
         raise StatsInputError(f"the family size M must be at least 1 (the recipe itself), got {m}.")
-    if m > exact.MAX_RERUNS:
-        raise StatsInputError(f"the family size M must be at most {exact.MAX_RERUNS_TEXT}, got {m}.")
+    if m > checks.MAX_RERUNS:
+        raise StatsInputError(f"the family size M must be at most {checks.MAX_RERUNS_TEXT}, got {m}.")
     return m
 
 
@@ -96,7 +96,7 @@ def family_delta(delta, family_size) -> float:
     >>> family_delta(0.1, 10)
     0.01
     """
-    return exact.scaled(exact.check_delta(delta), check_family_size(family_size))
+    return checks.scaled(checks.check_delta(delta), check_family_size(family_size))
 
 
 def family_sample_floor(eps=DEFAULT_EPS, delta=DEFAULT_DELTA, family_size=1) -> int:
@@ -106,8 +106,8 @@ def family_sample_floor(eps=DEFAULT_EPS, delta=DEFAULT_DELTA, family_size=1) -> 
     >>> [family_sample_floor(0.1, 0.1, m) for m in (1, 10, 100)]
     [22, 44, 66]
     """
-    e = exact.check_eps(eps)
-    return exact.budget_floor(e, family_delta(delta, family_size))
+    e = checks.check_eps(eps)
+    return floors.budget_floor(e, family_delta(delta, family_size))
 
 
 def pointwise_p_value(k, n, eps) -> float:
@@ -119,8 +119,8 @@ def pointwise_p_value(k, n, eps) -> float:
     >>> round(pointwise_p_value(0, 22, 0.1), 6), pointwise_p_value(5, 10, 0.1)
     (0.098477, 1.0)
     """
-    k_i, n_i = exact.check_counts(k, n)
-    e = exact.check_eps(eps)
+    k_i, n_i = checks.check_counts(k, n)
+    e = checks.check_eps(eps)
     return math.exp(_log_p(k_i, n_i, e))
 
 
@@ -130,10 +130,10 @@ def _log_p(k: int, n: int, e: float) -> float:
     if k == 0:
         return n * math.log1p(-e)
     try:
-        return exact.log_cdf(k, n, e)
-    except exact.TailTooLong:
+        return tails.log_cdf(k, n, e)
+    except tails.TailTooLong:
         # I_{1-e}(n - k, k + 1); SciPy's bdtr takes n as a C int and gives NaN above 2**31 - 1
-        p = exact.finite(float(exact.scipy_special().betaincc(float(k + 1), float(n - k), e)),
+        p = tails.finite(float(tails.scipy_special().betaincc(float(k + 1), float(n - k), e)),
                          f"The p-value of {k} failures in {n} reruns")
         return math.log(p) if p > 0 else -math.inf  # below the smallest float: below every level
 
@@ -205,8 +205,8 @@ class FamilyCard:
 
 def _member(k: int, n: int, e: float, d: float, m: int, method: str, level: float, rank: int,
             log_p: float, certified: bool) -> FamilyMember:
-    fd = exact.scaled(d, m)
-    floor = exact.floor_of(e, fd)
+    fd = checks.scaled(d, m)
+    floor = floors.floor_of(e, fd)
     lower = exact.lower_bound(k, n, fd)
     if lower > e:
         verdict = exact.STRONG_UNSUPPORTED
@@ -238,11 +238,11 @@ def family_tail_bound(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA, family_size=1)
     >>> family_tail_bound(0, 30, family_size=10).verdict
     'insufficient-evidence'
     """
-    k_i, n_i = exact.check_counts(k, n)
-    e, d = exact.check_eps(eps), exact.check_delta(delta)
+    k_i, n_i = checks.check_counts(k, n)
+    e, d = checks.check_eps(eps), checks.check_delta(delta)
     m = check_family_size(family_size)
-    fd = exact.scaled(d, m)
-    floor = exact.budget_floor(e, fd)
+    fd = checks.scaled(d, m)
+    floor = floors.budget_floor(e, fd)
     return _member(k_i, n_i, e, d, m, BONFERRONI, fd, 1, _log_p(k_i, n_i, e),
                    exact.certifies_at(k_i, n_i, e, fd, floor))
 
@@ -265,16 +265,16 @@ def family_bounds(counts: Sequence[tuple[int, int]], eps=DEFAULT_EPS, delta=DEFA
     for item in counts:
         if not isinstance(item, Sequence) or isinstance(item, (str, bytes)) or len(item) != 2:
             raise StatsInputError(f"each entry of counts must be a (failures k, reruns n) pair, got {item!r}.")
-        pairs.append(exact.check_counts(*item))
-    e, d = exact.check_eps(eps), exact.check_delta(delta)
+        pairs.append(checks.check_counts(*item))
+    e, d = checks.check_eps(eps), checks.check_delta(delta)
     m = len(pairs) if family_size is None else check_family_size(family_size)
     if m < len(pairs):
         raise StatsInputError(f"the family size M ({m}) cannot be smaller than the number of recipes "
                               f"given ({len(pairs)}).")
     if m < 1:
         raise StatsInputError("a family needs at least one recipe.")
-    fd = exact.scaled(d, m)
-    floor = exact.budget_floor(e, fd)
+    fd = checks.scaled(d, m)
+    floor = floors.budget_floor(e, fd)
     log_ps = [_log_p(k, n, e) for k, n in pairs]
     order = sorted(range(len(pairs)), key=lambda i: (log_ps[i], i))
     rank = {i: r + 1 for r, i in enumerate(order)}
@@ -283,9 +283,9 @@ def family_bounds(counts: Sequence[tuple[int, int]], eps=DEFAULT_EPS, delta=DEFA
     going = True
     for r, i in enumerate(order, start=1):
         k, n = pairs[i]
-        lv = fd if method == BONFERRONI else exact.scaled(d, m - r + 1)
+        lv = fd if method == BONFERRONI else checks.scaled(d, m - r + 1)
         level[i] = lv
-        ok = exact.certifies_at(k, n, e, lv, exact.floor_of(e, lv))
+        ok = exact.certifies_at(k, n, e, lv, floors.floor_of(e, lv))
         if method == HOLM:
             ok = ok and going
             going = ok
@@ -293,5 +293,5 @@ def family_bounds(counts: Sequence[tuple[int, int]], eps=DEFAULT_EPS, delta=DEFA
     members = tuple(_member(k, n, e, d, m, method, level[i], rank[i], log_ps[i], certified[i])
                     for i, (k, n) in enumerate(pairs))
     return FamilyCard(eps=e, delta=d, family_size=m, method=method, family_delta=fd, sample_floor=floor,
-                      pointwise_sample_floor=exact.floor_of(e, d), untested=m - len(pairs),
+                      pointwise_sample_floor=floors.floor_of(e, d), untested=m - len(pairs),
                       certified=sum(certified.values()), members=members)

@@ -4,9 +4,9 @@
 Each option has one requirement, in the same words at every door; a door only says how the user
 named the option (``--delta``, ``delta``, ``audit.delta``, ``hydra.callbacks.recipe_audit.delta``).
 So the same input gets the same answer, or the same sentence, wherever it is typed. ``eps`` and
-``delta`` given as text (the command line) keep the decimal typed (:class:`~.exact.Typed`).
+``delta`` given as text (the command line) keep the decimal typed (:class:`~.checks.Typed`).
 
-Pure Python, like :mod:`.exact`: ``recipe-audit bound`` imports neither NumPy nor SciPy.
+Pure Python, like :mod:`.checks`: ``recipe-audit bound`` imports neither NumPy nor SciPy.
 
 >>> audit_options(eps="0.05", delta=0.05)["eps"].exact
 Fraction(1, 20)
@@ -25,7 +25,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from recipe_audit.stats import exact
+from recipe_audit.stats import checks, floors
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 from recipe_audit.stats.errors import StatsInputError
 
@@ -36,7 +36,7 @@ __all__ = ["REQUIREMENTS", "UNFINISHED", "OptionError", "audit_options", "check_
 REQUIREMENTS = {
     "eps": "must lie strictly between 0 and 1",
     "delta": "must lie strictly between 0 and 0.5 (one-sided bounds need delta < 0.5)",
-    "family_size": f"must lie between 1 and {exact.MAX_RERUNS_TEXT}",
+    "family_size": f"must lie between 1 and {checks.MAX_RERUNS_TEXT}",
     "taus": "must be finite numbers, at least one",
     "unfinished": "must be 'fail' or 'refuse'",
     "anytime": "must be true or false",
@@ -73,7 +73,7 @@ def _number(value: Any) -> float | None:
         return None
     if isinstance(value, (str, Decimal, Fraction)):
         try:
-            t = exact.Typed(value)
+            t = checks.Typed(value)
         except (StatsInputError, ValueError, ArithmeticError):
             return None
         return t if math.isfinite(t) else None
@@ -86,7 +86,7 @@ def _number(value: Any) -> float | None:
 
 
 def check_option(option: str, value: Any, name: str | None = None) -> Any:
-    """One option, checked and converted: ``eps`` and ``delta`` to floats (:class:`~.exact.Typed`
+    """One option, checked and converted: ``eps`` and ``delta`` to floats (:class:`~.checks.Typed`
     when given exactly), ``family_size`` to an int or None, ``taus`` to a tuple of floats,
     ``unfinished`` to its word, ``anytime`` and ``higher_is_better`` to bools. Raises
     :class:`OptionError` naming the option as ``name`` (default: its own name)."""
@@ -107,9 +107,9 @@ def check_option(option: str, value: Any, name: str | None = None) -> Any:
         if isinstance(value, bool):
             fail()
         v = _number(value)
-        if v is None or v != math.floor(v) or not 1 <= v <= exact.MAX_RERUNS:
+        if v is None or v != math.floor(v) or not 1 <= v <= checks.MAX_RERUNS:
             fail()
-        if isinstance(value, numbers.Integral) and not 1 <= int(value) <= exact.MAX_RERUNS:
+        if isinstance(value, numbers.Integral) and not 1 <= int(value) <= checks.MAX_RERUNS:
             fail()  # an int too large for a float's precision
         return int(value) if isinstance(value, numbers.Integral) else int(v)
     if option == "taus":
@@ -155,8 +155,8 @@ def check_taus_for(taus: Sequence[float], metrics: Sequence[str], higher_is_bett
 def check_budget(eps: float, delta: float, family_size: int | None = None, anytime: bool = False) -> None:
     """Refuse a budget no count of reruns up to 10^15 could certify (at risk δ/M for a family,
     with the confidence sequence for an open-ended sweep), with one sentence."""
-    d = delta if family_size in (None, 1) else exact.scaled(delta, family_size)
-    exact.check_budget(eps, d)
+    d = delta if family_size in (None, 1) else checks.scaled(delta, family_size)
+    floors.budget_floor(checks.check_eps(eps), checks.check_delta(d))
     if anytime:
         from recipe_audit.stats.anytime import anytime_sample_floor
 

@@ -28,7 +28,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from recipe_audit.stats import exact
+from recipe_audit.stats import exact, floors
 from recipe_audit.stats._validate import (
     check_counts,
     check_metrics,
@@ -293,7 +293,7 @@ def apply_rules(
     # the card's own numbers, as tail_bound computes them (so the card rule and the verdict agree)
     upper = exact.upper_bound(k_card, n_card, d)
     lower = exact.lower_bound(k_card, n_card, d)
-    n_min = exact.sample_floor(e, d)
+    n_min = floors.sample_floor(e, d)
     card_ships = exact.certifies(k_card, n_card, e, d)
     decisions = (
         ("mean", _ok(mean)),

@@ -14,6 +14,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 from recipe_audit.stats import (
     TailBound,
+    checks,
     clopper_pearson_lower,
     clopper_pearson_upper,
     exact,
@@ -127,7 +128,7 @@ def test_sample_floor_hand_values():
 def _brute_floor(eps, delta):
     """The smallest N with (1 - eps)**N <= delta, counted up in exact rational arithmetic, on the
     fractions the floats stand for."""
-    a, d = 1 - exact.rational(eps), exact.rational(delta)
+    a, d = 1 - checks.rational(eps), checks.rational(delta)
     n, p = 1, a
     while p > d:
         n, p = n + 1, p * a
@@ -148,7 +149,7 @@ DELS = [1e-300, 1e-6, 0.001, 0.01, 0.05, 0.1, 0.2, 0.25, 0.3, 0.49, 0.4999999]
 def _certifies_at(n, eps, delta):
     """(1 - eps)**n <= delta on the fractions, with 80-digit logarithms (exact where the floors are large)."""
     mpmath = pytest.importorskip("mpmath")
-    a, d = 1 - exact.rational(eps), exact.rational(delta)
+    a, d = 1 - checks.rational(eps), checks.rational(delta)
     with mpmath.workdps(80):
         return n * mpmath.log(mpmath.mpf(a.numerator) / a.denominator) <= mpmath.log(
             mpmath.mpf(d.numerator) / d.denominator)
@@ -195,12 +196,12 @@ def test_sample_floor_tiny_eps_is_exact_and_immediate():
 
 
 def test_rational_reads_floats_as_their_simplest_fractions():
-    assert exact.rational(0.3) == Fraction(3, 10)
-    assert exact.rational(0.49) == Fraction(49, 100)
-    assert exact.rational(2**-50) == Fraction(1, 2**50)
-    assert exact.rational(1 / 3) == Fraction(1, 3)
+    assert checks.rational(0.3) == Fraction(3, 10)
+    assert checks.rational(0.49) == Fraction(49, 100)
+    assert checks.rational(2**-50) == Fraction(1, 2**50)
+    assert checks.rational(1 / 3) == Fraction(1, 3)
     for x in (0.1, 0.123456789012345, 1e-300, 5e-324, 0.9999999999999999):
-        assert float(exact.rational(x)) == x
+        assert float(checks.rational(x)) == x
 
 
 def _brute_more(k, n, eps, delta):

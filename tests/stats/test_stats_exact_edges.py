@@ -13,10 +13,12 @@ from fractions import Fraction
 import pytest
 
 from recipe_audit.cli import main
-from recipe_audit.stats import anytime, exact, family
+from recipe_audit.stats import anytime, checks, exact, family, tails
 from recipe_audit.stats.anytime import anytime_bound
-from recipe_audit.stats.exact import Typed, sample_floor, tail_bound, verdict
+from recipe_audit.stats.checks import Typed
+from recipe_audit.stats.exact import tail_bound, verdict
 from recipe_audit.stats.family import family_bounds, family_tail_bound
+from recipe_audit.stats.floors import sample_floor
 
 
 def _decimal(x: Fraction) -> str:
@@ -67,7 +69,7 @@ def test_floats_with_up_to_15_digits_read_as_typed(n):
     d = Fraction(9, 10) ** n
     text = _decimal(d)
     assert sample_floor(0.1, float(text)) == n == sample_floor(Fraction(1, 10), d)
-    assert exact.rational(float(text)) == d
+    assert checks.rational(float(text)) == d
 
 
 def test_the_issue_example_on_the_command_line(capsys):
@@ -144,7 +146,7 @@ def test_large_n_tails_two_ways(monkeypatch, p):
     via_beta_up = anytime._log_m_up(k, n, p)
     via_beta_lo = anytime._log_m_lo(k, n, p - 2e-5) if k > n * (p - 2e-5) else None
     p_beta = family._log_p(k, n, p)
-    monkeypatch.setattr(exact, "_MAX_TERMS", 10**7)
+    monkeypatch.setattr(tails, "MAX_TERMS", 10**7)
     assert anytime._log_m_up(k, n, p) == pytest.approx(via_beta_up, rel=1e-9, abs=1e-9)
     if via_beta_lo is not None:
         assert anytime._log_m_lo(k, n, p - 2e-5) == pytest.approx(via_beta_lo, rel=1e-9, abs=1e-9)
@@ -153,7 +155,7 @@ def test_large_n_tails_two_ways(monkeypatch, p):
 
 def test_a_nan_is_refused_not_read():
     with pytest.raises(exact.StatsInputError, match="could not be computed exactly"):
-        exact.finite(float("nan"), "The upper bound")
+        tails.finite(float("nan"), "The upper bound")
 
 
 # ---------------------------------------------------------------------------------------------
