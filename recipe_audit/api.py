@@ -25,7 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
+from recipe_audit.stats.options import AuditOptions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,8 +48,9 @@ def _budget(eps: Any, delta: Any, family_size: Any = None, anytime: Any = False)
     return audit_options(eps=eps, delta=delta, family_size=family_size, anytime=anytime)
 
 
-def bound(failures: int, reruns: int, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, *,
-          family_size: int | None = None, anytime: bool = False) -> TailBound | FamilyMember | AnytimeBound:
+def bound(failures: int, reruns: int, eps: float = AuditOptions.eps, delta: float = AuditOptions.delta, *,
+          family_size: int | None = AuditOptions.family_size,
+          anytime: bool = AuditOptions.anytime) -> TailBound | FamilyMember | AnytimeBound:
     """The exact bounds on the probability that the next rerun fails, for ``failures`` (k)
     failed reruns out of ``reruns`` (N): the one-sided Clopper–Pearson upper bound ``upper`` (U)
     and lower bound ``lower`` (L) at confidence 1 − δ, the sample floor ``sample_floor`` (N_min,
@@ -91,7 +92,7 @@ def bound(failures: int, reruns: int, eps: float = DEFAULT_EPS, delta: float = D
     return tail_bound(failures, reruns, opts["eps"], opts["delta"])
 
 
-def verdict(failures: int, reruns: int, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA) -> str:
+def verdict(failures: int, reruns: int, eps: float = AuditOptions.eps, delta: float = AuditOptions.delta) -> str:
     """The card's verdict for ``failures`` of ``reruns``: ``release-supported`` (U ≤ ε and N ≥
     N_min), ``unsupported``, ``strong-unsupported`` (even L > ε) or ``insufficient-evidence``
     (N < N_min).
@@ -182,7 +183,7 @@ class Card:
 
 
 def _options(taus: float | Sequence[float], eps: float, delta: float, higher_is_better: bool, unfinished: str,
-             metric: str, family_size: int | None = None, anytime: bool = False):
+             metric: str, family_size: int | None = AuditOptions.family_size, anytime: bool = AuditOptions.anytime):
     """The card's options through the one validator every door uses (recipe_audit.stats.options)."""
     from recipe_audit.cards.model import CardOptions
 
@@ -191,12 +192,13 @@ def _options(taus: float | Sequence[float], eps: float, delta: float, higher_is_
                                    metrics=[metric])
 
 
-def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[float] = DEFAULT_TAUS,
-         eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, tracking_uri: str | None = None,
-         seed_key: str | None = None, group_by: Sequence[str] = (), higher_is_better: bool = True,
-         unfinished: str = "fail", recipe_id: str | None = None, sweep_id: str | None = None,
-         planned_seeds: Sequence[int] | None = None, family_size: int | None = None,
-         anytime: bool = False) -> Card:
+def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[float] = AuditOptions.taus,
+         eps: float = AuditOptions.eps, delta: float = AuditOptions.delta, tracking_uri: str | None = None,
+         seed_key: str | None = None, group_by: Sequence[str] = (),
+         higher_is_better: bool = AuditOptions.higher_is_better, unfinished: str = AuditOptions.unfinished,
+         recipe_id: str | None = None, sweep_id: str | None = None,
+         planned_seeds: Sequence[int] | None = None, family_size: int | None = AuditOptions.family_size,
+         anytime: bool = AuditOptions.anytime) -> Card:
     """The recipe card of the reruns in MLflow experiment ``experiment`` (``recipe-audit card``,
     without writing or logging anything).
 
@@ -265,10 +267,11 @@ def _column(frame: pd.DataFrame, name: str, what: str, prefixes: Sequence[str]) 
 
 
 def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
-                   taus: float | Sequence[float] = DEFAULT_TAUS, eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA,
-                   group_by: Sequence[str] = (), higher_is_better: bool = True, unfinished: str = "fail",
-                   planned_seeds: Sequence[int] | None = None, family_size: int | None = None,
-                   anytime: bool = False) -> Card:
+                   taus: float | Sequence[float] = AuditOptions.taus, eps: float = AuditOptions.eps,
+                   delta: float = AuditOptions.delta, group_by: Sequence[str] = (),
+                   higher_is_better: bool = AuditOptions.higher_is_better, unfinished: str = AuditOptions.unfinished,
+                   planned_seeds: Sequence[int] | None = None, family_size: int | None = AuditOptions.family_size,
+                   anytime: bool = AuditOptions.anytime) -> Card:
     """The recipe card of a table of runs, one row per run: no tracking store needed.
 
     ``metric`` and ``seed`` name columns (``val_acc`` also finds ``metrics.val_acc``, ``seed``

@@ -27,7 +27,7 @@ from recipe_audit.commands.args import (
     whole,
 )
 from recipe_audit.errors import first_line
-from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
+from recipe_audit.stats.options import AuditOptions
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,10 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "in N reruns. Counts go up to 10^15.")
     b.add_argument("--failures", "-k", type=failures, required=True, help="failed reruns k (0 <= k <= N)")
     b.add_argument("--reruns", "-n", type=reruns, required=True, help="reruns N (1 to 10^15)")
-    b.add_argument("--eps", type=budget_eps, default=DEFAULT_EPS,
-                   help=f"failure budget ε, strictly between 0 and 1 (default {DEFAULT_EPS:.2f})")
-    b.add_argument("--delta", type=risk, default=DEFAULT_DELTA,
-                   help=f"statistical risk δ, strictly between 0 and 0.5 (default {DEFAULT_DELTA:.2f})")
+    b.add_argument("--eps", type=budget_eps, default=AuditOptions.eps,
+                   help=f"failure budget ε, strictly between 0 and 1 (default {AuditOptions.eps:.2f})")
+    b.add_argument("--delta", type=risk, default=AuditOptions.delta,
+                   help=f"statistical risk δ, strictly between 0 and 0.5 (default {AuditOptions.delta:.2f})")
     b.add_argument("--family-size", type=whole(1, 10**15, "10^15"), default=None, metavar="M",
                    help="the recipe was chosen from M recipe identities (a grid, the best of several): "
                         "the family-wise bounds at risk δ/M, floor and verdict lead (they hold whichever "
@@ -78,15 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keys that define a cell besides the recipe identity (e.g. params.model_name; "
                         "default: none)")
     c.add_argument("--tau", action="extend", nargs="+", type=finite, default=[], metavar="T",
-                   help=f"release bar(s) τ; several give a grid (default {' '.join(f'{x:g}' for x in DEFAULT_TAUS)}); for the accuracy metrics "
+                   help=f"release bar(s) τ; several give a grid (default {' '.join(f'{x:g}' for x in AuditOptions.taus)}); for the accuracy metrics "
                         "(accuracy/AUDIT) τ must lie in [0, 1]; a τ beyond every value the reruns "
                         "logged is allowed and noted")
-    c.add_argument("--eps", type=budget_eps, default=DEFAULT_EPS,
-                   help=f"failure budget ε, strictly between 0 and 1 (default {DEFAULT_EPS:.2f})")
-    c.add_argument("--delta", type=risk, default=DEFAULT_DELTA,
-                   help=f"statistical risk δ, strictly between 0 and 0.5 (default {DEFAULT_DELTA:.2f})")
+    c.add_argument("--eps", type=budget_eps, default=AuditOptions.eps,
+                   help=f"failure budget ε, strictly between 0 and 1 (default {AuditOptions.eps:.2f})")
+    c.add_argument("--delta", type=risk, default=AuditOptions.delta,
+                   help=f"statistical risk δ, strictly between 0 and 0.5 (default {AuditOptions.delta:.2f})")
     c.add_argument("--lower-is-better", action="store_true", help="the metric is a loss: fail when > τ")
-    c.add_argument("--unfinished", default="fail", metavar="{fail,refuse}",
+    c.add_argument("--unfinished", default=AuditOptions.unfinished, metavar="{fail,refuse}",
                    help="unfinished reruns count as failures (fail, the default) or refuse the card")
     c.add_argument("--recipe-id", default=None, help="only this recipe identity (default: every recipe)")
     c.add_argument("--sweep-id", default=None, help="only the reruns of this sweep (default: every sweep)")
@@ -224,7 +224,7 @@ def cmd_card(a: argparse.Namespace) -> int:
     metric = a.metric or keys.accuracy_key(audits[0] if audits else keys.DEFAULT_AUDIT)
     shift = a.all_audits or len(audits) > 1
     metrics = [keys.accuracy_key(x) for x in dict.fromkeys(audits)] if shift and audits else [metric]
-    taus = tuple(a.tau or DEFAULT_TAUS)
+    taus = tuple(a.tau or AuditOptions.taus)
     from recipe_audit.cards.model import CardOptions
 
     # the one validator of every door (recipe_audit.stats.options): ranges, τ for accuracies, the budget

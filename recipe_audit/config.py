@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
+from recipe_audit.stats.options import AuditOptions
 
 # a required field (OmegaConf reads the string "???" in a structured config as missing; this
 # module stays free of Hydra and OmegaConf so the training code can import it)
@@ -84,13 +84,15 @@ class AuditConfig:
     extra_task_options: dict[str, Any] = field(default_factory=dict)
     # the audit set the card is computed on by default (the calibration audit D_P)
     primary: str = "calibration"
-    taus: list[float] = field(default_factory=lambda: list(DEFAULT_TAUS))
-    eps: float = DEFAULT_EPS
-    delta: float = DEFAULT_DELTA
-    higher_is_better: bool = True
+    # the card's options: their defaults and requirements are declared once, in
+    # recipe_audit.stats.options.AuditOptions (the release bars, the failure budget, the risk, the
+    # metric's direction, what unfinished reruns are: "fail" counts them as failures, "refuse" refuses)
+    taus: list[float] = field(default_factory=lambda: list(AuditOptions.taus))
+    eps: float = AuditOptions.eps
+    delta: float = AuditOptions.delta
+    higher_is_better: bool = AuditOptions.higher_is_better
     eval_batch_size: int = 256
-    # what the card does with unfinished reruns: "fail" counts them as failures, "refuse" refuses
-    unfinished: str = "fail"
+    unfinished: str = AuditOptions.unfinished
 
 
 @dataclass
@@ -176,21 +178,43 @@ class DefenseConfig:
 SCHEMA_GROUP = "hydra/recipe_audit_schemas"
 
 
+def _part_of(identity: str, default: Any = MISSING) -> Any:
+    """A field of the run config that is part of the ``identity`` of what is audited."""
+    return field(default=default, metadata={"identity": identity})
+
+
 @dataclass
 class RunConfig:
-    model: ModelConfig = MISSING
-    task: TaskConfig = MISSING
-    recipe: RecipeConfig = MISSING
+    # a recipe rerun's identity is its model, task and recipe; the acceptance audit's is its
+    # experiment and defense; the seed is neither (each rerun has its own); every other key is left
+    # out of both (identity_exclude, the callback option in conf/config.yaml and
+    # conf/experiment/acceptance.yaml: a test checks they are what this declaration says)
+    model: ModelConfig = _part_of("recipe")
+    task: TaskConfig = _part_of("recipe")
+    recipe: RecipeConfig = _part_of("recipe")
     audit: AuditConfig = MISSING
     tracking: TrackingConfig = MISSING
-    seed: int = 0
+    seed: int = _part_of("seed", 0)
     progress: bool = True  # progress bar during training
     # torch threads per rerun: "auto" (decided once a sweep from the free CPUs and the reruns
     # the launcher runs at once, recipe_audit/app/threads.py), a number, or 0 for torch's own choice
     threads: Any = "auto"
     # experiment=acceptance (conf/experiment/acceptance.yaml) sets these; None for recipe reruns
-    experiment: ExperimentConfig | None = None
-    defense: DefenseConfig | None = None
+    experiment: ExperimentConfig | None = _part_of("acceptance", None)
+    defense: DefenseConfig | None = _part_of("acceptance", None)
+
+
+def identity_exclude(identity: str = "recipe") -> list[str]:
+    """The run config's top-level keys left out of an ``identity`` ("recipe" or "acceptance")
+    besides the seed, in their declared order: what the callback's ``identity_exclude`` is in the
+    built-in app.
+
+    >>> identity_exclude(), identity_exclude("acceptance")
+    (['audit', 'tracking', 'progress', 'threads', 'experiment', 'defense'], ['model', 'task', 'recipe', 'audit', 'tracking', 'progress', 'threads'])
+    """
+    import dataclasses
+
+    return [f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("identity") not in (identity, "seed")]
 
 
 def unknown_keys(obj: Any, prefix: str = "") -> list[str]:

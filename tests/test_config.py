@@ -155,3 +155,110 @@ def test_minilm_builds_from_package():
     assert model.config.hidden_size == 384 and model.config.num_hidden_layers == 6
     ids = prepared.tokenizer("the movie was great")["input_ids"]
     assert prepared.tokenizer.unk_token_id not in ids  # a real WordPiece vocabulary
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit options: declared once (recipe_audit.stats.options.AuditOptions); every door's
+# default is the declared one
+# ---------------------------------------------------------------------------------------------
+
+
+def _declared() -> dict:
+    import dataclasses
+
+    from recipe_audit.stats.options import AuditOptions
+
+    return {f.name: f.default for f in dataclasses.fields(AuditOptions)}
+
+
+def _shared(obj, names) -> dict:
+    """``obj``'s audit options as the declaration holds them (a list of τ as a tuple)."""
+    return {n: tuple(getattr(obj, n)) if n == "taus" else getattr(obj, n) for n in names if hasattr(obj, n)}
+
+
+def _signature_defaults(func) -> dict:
+    import inspect
+
+    declared = _declared()
+    out = {}
+    for name, param in inspect.signature(func).parameters.items():
+        if name in declared and param.default is not inspect.Parameter.empty:
+            out[name] = tuple(param.default) if name == "taus" else param.default
+    return out
+
+
+def test_the_declaration_is_checked_and_names_every_requirement():
+    from recipe_audit.stats.options import AUDIT_OPTIONS, REQUIREMENTS, AuditOptions, OptionError
+
+    assert AUDIT_OPTIONS == ("taus", "eps", "delta", "family_size", "anytime", "unfinished", "higher_is_better")
+    assert set(REQUIREMENTS) == set(AUDIT_OPTIONS)
+    assert AuditOptions() == AuditOptions(**_declared())
+    with pytest.raises(OptionError, match=r"^delta must lie strictly between 0 and 0\.5 .*, not 0\.7\.$"):
+        AuditOptions(delta=0.7)
+
+
+def test_every_door_defaults_to_the_declared_audit_options():
+    """The Hydra schemas, the composed YAML (the app's audit node and the callback's options that
+    interpolate it), the card's options, the command line and the Python API: a door whose default
+    drifts from recipe_audit.stats.options.AuditOptions fails here, naming the door."""
+    import inspect
+
+    from recipe_audit import api, cli
+    from recipe_audit.app.callback import RecipeAuditCallback
+    from recipe_audit.app.schema import RecipeAuditCallbackConfig
+    from recipe_audit.cards.model import CardOptions
+
+    declared = _declared()
+    doors = {
+        "config.AuditConfig": _shared(C.AuditConfig(), declared),
+        "app.schema.RecipeAuditCallbackConfig": _shared(RecipeAuditCallbackConfig(), declared),
+        "conf/audit/default.yaml": _shared(_typed().audit, declared),
+        "cards.model.CardOptions": {n: f.default for n, f in CardOptions.__dataclass_fields__.items()
+                                    if n in declared and n != "taus"},
+        "app.callback.RecipeAuditCallback": _signature_defaults(RecipeAuditCallback.__init__),
+    }
+    for func in (api.bound, api.verdict, api.card, api.card_from_runs):
+        doors[f"api.{func.__name__}"] = _signature_defaults(func)
+    parser = cli.build_parser()
+    for argv in (["bound", "-k", "0", "-n", "1"], ["card", "--experiment-name", "x"]):
+        a = vars(parser.parse_args(argv))
+        got = {n: a[n] for n in declared if n in a}
+        if "lower_is_better" in a:
+            got["higher_is_better"] = not a["lower_is_better"]
+        if "tau" in a:
+            assert a["tau"] == [] and "AuditOptions.taus" in inspect.getsource(cli)  # the card's default τ
+        doors[f"recipe-audit {argv[0]}"] = got
+    drift = {door: {n: (v, declared[n]) for n, v in got.items() if v != declared[n]} for door, got in doors.items()}
+    assert {door: d for door, d in drift.items() if d} == {}
+    assert all(doors[d] for d in doors), "every door has audit options"
+    assert set(doors["recipe-audit card"]) == set(declared) - {"taus"}
+
+
+def test_the_callback_interpolates_the_audit_node():
+    """The built-in app's callback options are the audit node's (one place to set them: audit.eps),
+    for every option the callback and the audit node share."""
+    import dataclasses
+
+    from recipe_audit.app.schema import RecipeAuditCallbackConfig
+
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        raw = compose("config", return_hydra_config=True)
+    node = OmegaConf.to_container(raw.hydra.callbacks.recipe_audit, resolve=False)
+    shared = ({f.name for f in dataclasses.fields(C.AuditConfig)} & set(_declared())
+              & {f.name for f in dataclasses.fields(RecipeAuditCallbackConfig)})
+    assert shared == {"taus", "eps", "delta", "unfinished", "higher_is_better"}
+    assert {n: node[n] for n in shared} == {n: f"${{audit.{n}}}" for n in shared}
+
+
+@pytest.mark.parametrize("overrides, identity", [([], "recipe"), (["experiment=acceptance"], "acceptance")])
+def test_identity_exclude_is_what_the_run_config_declares(overrides, identity):
+    """The callback's identity_exclude in conf/config.yaml (a recipe's identity: model, task,
+    recipe) and conf/experiment/acceptance.yaml (the acceptance audit's: experiment, defense) is the
+    run config's other keys, as RunConfig's fields declare them (config.identity_exclude)."""
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        raw = compose("config", overrides=overrides, return_hydra_config=True)
+    import dataclasses
+
+    listed = list(raw.hydra.callbacks.recipe_audit.identity_exclude)
+    assert sorted(listed) == sorted(C.identity_exclude(identity))
+    assert set(raw) - {"hydra"} == {f.name for f in dataclasses.fields(C.RunConfig)}  # no key left undeclared

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
+from recipe_audit.stats.options import AuditOptions
 
 CALLBACK_TARGET = "recipe_audit.app.callback.RecipeAuditCallback"
 
@@ -24,11 +24,13 @@ class RecipeAuditCallbackConfig:
     # function returns): "eval_accuracy", or a list of them, one card each. Checked, with one
     # sentence, when the multirun starts (a ??? here would fail later, with a traceback)
     metric: Any = None
-    higher_is_better: bool = True
-    # release bars, the failure budget eps and the risk delta of the card
-    taus: list[float] = field(default_factory=lambda: list(DEFAULT_TAUS))
-    eps: float = DEFAULT_EPS
-    delta: float = DEFAULT_DELTA
+    # the card's options (defaults and requirements declared once, in
+    # recipe_audit.stats.options.AuditOptions): the metric's direction, the release bars, the
+    # failure budget eps, the risk delta, and (below) what unfinished reruns are
+    higher_is_better: bool = AuditOptions.higher_is_better
+    taus: list[float] = field(default_factory=lambda: list(AuditOptions.taus))
+    eps: float = AuditOptions.eps
+    delta: float = AuditOptions.delta
     # the config key that holds the seed (dotted for a nested key: "trainer.seed")
     seed_key: str = "seed"
     # config keys (dotted) left out of the recipe identity besides the seed and what depends on
@@ -39,7 +41,7 @@ class RecipeAuditCallbackConfig:
     # default: $MLFLOW_TRACKING_URI, else the SQLite store ./mlruns/mlflow.db
     tracking_uri: str | None = None
     # what the card does with unfinished reruns: "fail" counts them as failures, "refuse" refuses
-    unfinished: str = "fail"
+    unfinished: str = AuditOptions.unfinished
     # continue the interrupted sweep: seeds with a finished rerun of every recipe are not run again
     resume: bool = False
     card_on_multirun_end: bool = True

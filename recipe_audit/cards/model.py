@@ -10,11 +10,7 @@ from typing import Any
 import numpy as np
 
 from recipe_audit import keys, stats
-from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
-from recipe_audit.stats.options import audit_options
-
-#: The options of a card that the one validator checks (recipe_audit.stats.options).
-AUDIT_OPTIONS = ("taus", "eps", "delta", "family_size", "anytime", "unfinished", "higher_is_better")
+from recipe_audit.stats.options import AUDIT_OPTIONS, AuditOptions, audit_options
 
 SCHEMA_VERSION = "1.1"
 CARD_KIND = "recipe_card"
@@ -32,16 +28,17 @@ class CardError(ValueError):
 class CardOptions:
     """What a card is asked: bars, budget, risk, and how unfinished reruns are treated."""
 
+    # the audit options (recipe_audit.stats.options.AuditOptions declares their defaults and requirements)
     taus: tuple[float, ...]
-    eps: float = DEFAULT_EPS
-    delta: float = DEFAULT_DELTA
-    higher_is_better: bool = True
-    unfinished: str = "fail"  # "fail": unfinished reruns are failures; "refuse": no card
+    eps: float = AuditOptions.eps
+    delta: float = AuditOptions.delta
+    higher_is_better: bool = AuditOptions.higher_is_better
+    unfinished: str = AuditOptions.unfinished  # "fail": unfinished reruns are failures; "refuse": no card
     bootstrap_B: int = DEFAULT_BOOTSTRAP_B
     bootstrap_seed: int = DEFAULT_BOOTSTRAP_SEED
     band_method: str = "auto"  # the simultaneous band: auto | exact-cp | exact-ks | dkw
-    family_size: int | None = None  # M stated by the user (default: the recipe identities counted)
-    anytime: bool = False  # read every cell as an open-ended sweep (the confidence sequence)
+    family_size: int | None = AuditOptions.family_size  # M stated by the user (default: the recipe identities counted)
+    anytime: bool = AuditOptions.anytime  # read every cell as an open-ended sweep (the confidence sequence)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None = None, /, *, metrics: Sequence[str] = (),

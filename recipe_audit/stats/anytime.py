@@ -12,6 +12,13 @@ so a sweep may look as often as it likes, stop the moment ``U_n <= ε`` (release
 ``L_n > ε`` (strong-unsupported), and keep the guarantee. The looks need not be planned: the
 bounds depend on ``(k, n)`` alone, and hold at any look, however the looks were chosen.
 
+**Why one module of about 500 lines.** The mixture statistics, the anytime floor, the card of one
+cell, the replay of an open-ended sweep and its exact operating characteristics all decide on the
+same private quantities (``M_n^+``, ``M_n^-`` at ε, the cached bounds); a split would make those
+public for one caller each. The floor's search, the binomial tails and the checks are shared with
+the fixed-N card (:mod:`.floors`, :mod:`.tails`, :mod:`.checks`).
+
+
 **Construction** (a one-sided beta-binomial mixture). For a candidate failure probability ``p``,
 average the likelihood ratio of the observed failures against ``p`` over the alternatives on one
 side of it, with a uniform prior:

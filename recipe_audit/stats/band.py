@@ -1,6 +1,12 @@
 """A simultaneous one-sided upper band on the rerun failure curve: every τ at once, so the bar may
 be chosen after looking at the data.
 
+**Why one module of about 550 lines.** The band's exact coverage, its constants, its sample floor
+and its bounds at bars are one calibration: the constants are solved on the coverage, the floor is
+checked on the band itself and the bounds are read off its levels, so splitting them would put
+private numbers on public doors; a sixth of the lines is this docstring's derivation.
+
+
 Setting. ``n`` reruns give metrics ``X_1..X_n``; an unfinished rerun (NaN or ±inf) fails at every
 bar. For a bar ``τ`` the failure probability of the next rerun is ``β(τ) = P(X < τ)`` (``P(X > τ)``
 for lower-is-better metrics, handled by negating the metric) and the observed number of failures

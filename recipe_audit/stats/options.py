@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -29,20 +30,47 @@ from recipe_audit.stats import checks, floors
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 from recipe_audit.stats.errors import StatsInputError
 
-__all__ = ["REQUIREMENTS", "UNFINISHED", "OptionError", "audit_options", "check_budget", "check_option",
-           "is_accuracy_metric"]
+__all__ = ["AUDIT_OPTIONS", "REQUIREMENTS", "UNFINISHED", "AuditOptions", "OptionError", "audit_options",
+           "check_budget", "check_option", "check_taus_for", "is_accuracy_metric"]
 
-#: What each option must be: the words every door uses.
-REQUIREMENTS = {
-    "eps": "must lie strictly between 0 and 1",
-    "delta": "must lie strictly between 0 and 0.5 (one-sided bounds need delta < 0.5)",
-    "family_size": f"must lie between 1 and {checks.MAX_RERUNS_TEXT}",
-    "taus": "must be finite numbers, at least one",
-    "unfinished": "must be 'fail' or 'refuse'",
-    "anytime": "must be true or false",
-    "higher_is_better": "must be true or false",
-}
 UNFINISHED = ("fail", "refuse")
+
+
+def _option(default: Any, requirement: str) -> Any:
+    return field(default=default, metadata={"requirement": requirement})
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """The audit options, declared once: each field's name, default and requirement (in the words
+    every door uses). Every door takes its defaults from here: the built-in app's ``audit`` schema
+    (:class:`recipe_audit.config.AuditConfig`), the callback's schema
+    (:class:`recipe_audit.app.schema.RecipeAuditCallbackConfig`), the command line's options, the
+    Python API's keywords and the card's :class:`~recipe_audit.cards.model.CardOptions`; a test
+    fails when one drifts. Built, it is checked (:func:`check_option`, one sentence) and holds the
+    converted values.
+
+    >>> AuditOptions().eps, AuditOptions(taus=0.8).taus
+    (0.1, (0.8,))
+    """
+
+    taus: tuple[float, ...] = _option(DEFAULT_TAUS, "must be finite numbers, at least one")
+    eps: float = _option(DEFAULT_EPS, "must lie strictly between 0 and 1")
+    delta: float = _option(DEFAULT_DELTA, "must lie strictly between 0 and 0.5 (one-sided bounds need delta < 0.5)")
+    family_size: int | None = _option(None, f"must lie between 1 and {checks.MAX_RERUNS_TEXT}")
+    anytime: bool = _option(False, "must be true or false")
+    unfinished: str = _option("fail", "must be 'fail' or 'refuse'")
+    higher_is_better: bool = _option(True, "must be true or false")
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            object.__setattr__(self, f.name, check_option(f.name, getattr(self, f.name)))
+
+
+#: The audit options' names, in the order they are checked.
+AUDIT_OPTIONS = tuple(f.name for f in fields(AuditOptions))
+#: What each option must be: the words every door uses.
+REQUIREMENTS = {f.name: f.metadata["requirement"] for f in fields(AuditOptions)}
 #: recipe_audit's own metrics are accuracies (``accuracy/<audit set>``), in [0, 1].
 ACCURACY_PREFIX = "accuracy/"
 
@@ -163,24 +191,19 @@ def check_budget(eps: float, delta: float, family_size: int | None = None, anyti
         anytime_sample_floor(eps, d)
 
 
-def audit_options(*, taus: Any = DEFAULT_TAUS, eps: Any = DEFAULT_EPS, delta: Any = DEFAULT_DELTA,
-                  family_size: Any = None, anytime: Any = False, unfinished: Any = "fail",
-                  higher_is_better: Any = True, metrics: Sequence[str] = (),
+def audit_options(*, taus: Any = AuditOptions.taus, eps: Any = AuditOptions.eps, delta: Any = AuditOptions.delta,
+                  family_size: Any = AuditOptions.family_size, anytime: Any = AuditOptions.anytime,
+                  unfinished: Any = AuditOptions.unfinished, higher_is_better: Any = AuditOptions.higher_is_better,
+                  metrics: Sequence[str] = (),
                   name: Callable[[str], str] | None = None, budget: bool = True) -> dict[str, Any]:
-    """Every audit option checked, in one order, the same at every door: ``taus``, ``eps``,
-    ``delta``, ``family_size``, ``anytime``, ``unfinished``, ``higher_is_better``; then τ against
-    accuracy ``metrics`` (in [0, 1]), and the budget (``budget``: an ε small enough that no
-    count up to 10^15 certifies it is refused). ``name(option)`` is how the door names an option in its sentence. Returns the
-    checked values."""
-    def nm(option: str) -> str:
-        return name(option) if name is not None else option
-
-    out = {"taus": check_option("taus", taus, nm("taus")), "eps": check_option("eps", eps, nm("eps")),
-           "delta": check_option("delta", delta, nm("delta")),
-           "family_size": check_option("family_size", family_size, nm("family_size")),
-           "anytime": check_option("anytime", anytime, nm("anytime")),
-           "unfinished": check_option("unfinished", unfinished, nm("unfinished")),
-           "higher_is_better": check_option("higher_is_better", higher_is_better, nm("higher_is_better"))}
+    """Every audit option checked, in the order :class:`AuditOptions` declares them (``taus``,
+    ``eps``, ``delta``, ``family_size``, ``anytime``, ``unfinished``, ``higher_is_better``), the
+    same at every door; then τ against accuracy ``metrics`` (in [0, 1]), and the budget
+    (``budget``: an ε small enough that no count up to 10^15 certifies it is refused).
+    ``name(option)`` is how the door names an option in its sentence. Returns the checked values."""
+    given = {"taus": taus, "eps": eps, "delta": delta, "family_size": family_size, "anytime": anytime,
+             "unfinished": unfinished, "higher_is_better": higher_is_better}
+    out = {o: check_option(o, given[o], name(o) if name is not None else o) for o in AUDIT_OPTIONS}
     check_taus_for(out["taus"], metrics, out["higher_is_better"])
     if budget:
         check_budget(out["eps"], out["delta"], out["family_size"], out["anytime"])

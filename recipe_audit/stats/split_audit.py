@@ -1,6 +1,12 @@
 """Held-out split audit of the comparison rules and evidence responsiveness: does a rule that ships on part of the
 reruns keep its promise on the reruns it did not see, and does it ship more as evidence grows?
 
+**Why one module of about 580 lines.** The split audit and evidence responsiveness draw from one
+random stream in one documented order (below), share the vectorised bootstrap over splits and
+report through the same result types; the order of the draws is part of what a seed reproduces, so
+it is kept in one file where it can be read top to bottom.
+
+
 For each cell with ``N`` reruns, ``S`` random splits put ``N'`` reruns (default ``floor(N/2)``) in an
 audit part and the rest in a held-out part. Each of the five rules of
 :mod:`recipe_audit.stats.rules` is applied to the audit part only; where a rule ships, the held-out
