@@ -14,6 +14,7 @@ import recipe_audit.stats.acceptance as gates
 from recipe_audit.acceptance.records import paired_records, validate_records
 from recipe_audit.cards.acceptance import filter_label, gate_json, gate_reason, sensitivity_variant
 from recipe_audit.stats import StatsInputError
+from recipe_audit.stats.acceptance import heldout
 
 
 def _paired(df, defense="def", baseline="base", task="mcq", split="heldout"):
@@ -84,7 +85,7 @@ def test_vectorised_bootstrap_equals_naive_loop():
 def test_chunked_bootstrap_consumes_the_generator_like_one_draw(monkeypatch):
     recs = _paired(records({"base": (0.4, 0.8), "def": (0.6, 0.75)}, n_questions=9, n_templates=2, seed=6))
     whole = gates.cluster_bootstrap(recs, B=101, rng=4)
-    monkeypatch.setattr(gates, "_CHUNK_CELLS", 20)  # two resamples per chunk
+    monkeypatch.setattr(heldout, "_CHUNK_CELLS", 20)  # two resamples per chunk
     chunked = gates.cluster_bootstrap(recs, B=101, rng=4)
     np.testing.assert_array_equal(whole.delta_gap, chunked.delta_gap)
 
