@@ -114,10 +114,11 @@ def test_acceptance_imports_no_training_library():
 
 def test_the_acceptance_card_is_a_card():
     """The acceptance card's modules sit in ``cards/`` (so the two tests above hold them: no
-    training code, no store) and are split like the recipe card's: document, build, render, files."""
+    training code, no store) and are split like the recipe card's: document, build (with each
+    diagnostic's words in ``diagnostics``), render, files."""
     card = sorted(n for n in MODULES if _in(n, "recipe_audit.cards.acceptance"))
-    assert card == ["recipe_audit.cards.acceptance", *(f"recipe_audit.cards.acceptance.{m}"
-                                                        for m in ("build", "document", "files", "render"))]
+    assert card == ["recipe_audit.cards.acceptance", *(f"recipe_audit.cards.acceptance.{m}" for m in
+                                                        ("build", "diagnostics", "document", "files", "render"))]
     assert not [n for n in MODULES if _in(n, "recipe_audit.acceptance") and "card" in n.rsplit(".", 1)[-1]]
 
 

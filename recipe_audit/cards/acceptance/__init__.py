@@ -3,7 +3,8 @@
 * :mod:`.document` — the frozen, typed card (:class:`AcceptanceCard` and its parts), its one JSON
   serialiser and reader, the schema check;
 * :mod:`.build` — :func:`build_card`: the statistics' result objects
-  (:mod:`recipe_audit.stats.acceptance`) in the card's words;
+  (:mod:`recipe_audit.stats.acceptance`) in the card's words, each diagnostic's reason and
+  numbers in :mod:`.diagnostics`;
 * :mod:`.render` — Markdown, the terminal table and the figures;
 * :mod:`.files` — :func:`write_card`, the only writer.
 
@@ -17,13 +18,15 @@ from recipe_audit.cards.acceptance.build import (
     build_card,
     cell_card,
     filter_label,
+    sensitivity_variant,
+    weaker_claims,
+)
+from recipe_audit.cards.acceptance.diagnostics import (
     gate_json,
     gate_reason,
     installability_json,
-    sensitivity_variant,
     signature_json,
     undefined_text,
-    weaker_claims,
 )
 from recipe_audit.cards.acceptance.document import (
     CARD_KIND,
