@@ -21,6 +21,7 @@ from recipe_audit.commands.args import (
     budget_eps,
     count,
     failures,
+    family_size,
     finite,
     reruns,
     risk,
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"failure budget ε, strictly between 0 and 1 (default {AuditOptions.eps:.2f})")
     b.add_argument("--delta", type=risk, default=AuditOptions.delta,
                    help=f"statistical risk δ, strictly between 0 and 0.5 (default {AuditOptions.delta:.2f})")
-    b.add_argument("--family-size", type=whole(1, 10**15, "10^15"), default=None, metavar="M",
+    b.add_argument("--family-size", type=family_size, default=AuditOptions.family_size, metavar="M",
                    help="the recipe was chosen from M recipe identities (a grid, the best of several): "
                         "the family-wise bounds at risk δ/M, floor and verdict lead (they hold whichever "
                         "recipe was chosen; --json: the top-level keys), the pointwise ones follow "
@@ -106,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--bootstrap", type=whole(1, BOOTSTRAP_MAX), default=2000,
                    help=f"bootstrap resamples B, 1 to {BOOTSTRAP_MAX} (default 2000)")
     c.add_argument("--bootstrap-seed", type=count, default=0, help="seed of the bootstrap (default 0)")
-    c.add_argument("--family-size", type=whole(1, 10**15, "10^15"), default=None, metavar="M",
+    c.add_argument("--family-size", type=family_size, default=AuditOptions.family_size, metavar="M",
                    help="the recipes were chosen from a family of M identities (default: the identities the card "
                         "covers on each audit set and τ, plus the experiment's or sweep's others); with M > 1 every "
                         "cell states the family-wise verdict (Holm, δ/M) beside the pointwise one")

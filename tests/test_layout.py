@@ -14,8 +14,10 @@ stats -> cards -> store / registry, with one door to each framework.
 * ``recipe_audit.cards`` builds, renders and checks cards from data it is given: it does not read
   the store (``recipe_audit.release`` computes cards from the store, on top of both);
 * no two modules import each other, directly or through others.
-* no module uses another's private names (``from x import _y`` or ``x._y``): a shared helper is
-  public.
+* no module uses another's private names (``from x import _y``, ``x._y`` or a private module of
+  another package): a shared helper is public; nor does it read or write another object's private
+  attributes (``job_return._return_value`` on an object of Hydra, a library or another module),
+  and a library's private module or attribute is used only where the test says why.
 """
 
 from __future__ import annotations
@@ -213,8 +215,8 @@ def test_the_cycle_finder_finds_a_cycle(monkeypatch, a, b):
 
 def test_no_private_name_is_imported_from_another_module():
     """``from recipe_audit.x import _helper`` in another module means the helper is shared: it
-    gets a public name (a private module such as ``stats._validate`` may be imported within its
-    own package)."""
+    gets a public name (a private module may be imported within its own package only: see
+    :func:`test_no_private_module_is_imported_from_another_package`)."""
     bad = []
     for name, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -223,6 +225,55 @@ def test_no_private_name_is_imported_from_another_module():
                         if a.name.startswith("_") and not a.name.startswith("__")
                         and f"{node.module}.{a.name}" not in MODULES]
     assert bad == []
+
+
+#: A library's private modules imported on purpose, each with its reason (a new one fails the
+#: test below until it is listed here, with its reason, or replaced by a public API).
+FRAMEWORK_PRIVATE_MODULES = {
+    # the seed launcher derives each job's config from one composed template and must name its
+    # override_dirname the way Hydra composes it
+    "hydra._internal.config_loader_impl": "get_overrides_dirname",
+    # the seed sweeper batches the cartesian product in Hydra's basic sweeper's order
+    "hydra._internal.core_plugins.basic_sweeper": "BasicSweeper",
+    # the parallel seed launcher is the joblib launcher's launch with another job function
+    "hydra_plugins.hydra_joblib_launcher._core": "process_joblib_cfg",
+    # the REST reader of the runs asks MLflow's store for the host's credentials
+    "mlflow.tracking._tracking_service.utils": "_get_store",
+    # MLflow's process-wide tracking URI is restored exactly (its global and the variable)
+    "mlflow.tracking._tracking_service": "utils",
+}
+
+
+def _private_module_imports(name: str) -> list[str]:
+    """Imports of a private module (``recipe_audit.stats._helpers``, ``hydra._internal``) from
+    outside the package that holds it: a module other packages use is public, and a library's
+    private module is used only where :data:`FRAMEWORK_PRIVATE_MODULES` says why."""
+    bad = []
+    for mod, line in IMPORTS[name]:
+        parts = mod.split(".")
+        for i, part in enumerate(parts):
+            if part.startswith("_") and not part.startswith("__"):
+                if not _in(name, ".".join(parts[:i])) and mod not in FRAMEWORK_PRIVATE_MODULES:
+                    bad.append(f"{name}:{line} imports {mod}")
+                break
+    return bad
+
+
+def test_no_private_module_is_imported_from_another_package():
+    bad = [hit for name in MODULES for hit in _private_module_imports(name)]
+    assert bad == []
+
+
+def test_the_private_module_check_finds_an_import(monkeypatch):
+    """The check itself: a private stats module imported from cards is caught, from stats not; a
+    library's private module not listed is caught."""
+    monkeypatch.setitem(IMPORTS, "recipe_audit.app.main", [("hydra._internal.utils", 3)])
+    assert _private_module_imports("recipe_audit.app.main") == ["recipe_audit.app.main:3 imports hydra._internal.utils"]
+    monkeypatch.setitem(IMPORTS, "recipe_audit.cards.render", [("recipe_audit.stats._planted", 7)])
+    monkeypatch.setitem(IMPORTS, "recipe_audit.stats.exact", [("recipe_audit.stats._planted", 9)])
+    assert _private_module_imports("recipe_audit.cards.render") == [
+        "recipe_audit.cards.render:7 imports recipe_audit.stats._planted"]
+    assert _private_module_imports("recipe_audit.stats.exact") == []
 
 
 def _private_attributes(name: str, source: str) -> list[str]:
@@ -282,3 +333,76 @@ def test_mlruns_is_the_default_store_with_its_readme():
     lines = (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()
     assert "mlruns/*" in lines and [line for line in lines if line.startswith("!mlruns/")] == ["!mlruns/README.md"]
     assert (REPO / "mlruns" / "README.md").is_file()
+
+
+#: Private attributes of other objects used on purpose, each with its reason. The namedtuple API
+#: (``_asdict``, ``_replace``, ``_fields``, ``_make``) is public despite its underscore.
+NAMEDTUPLE_API = {"_asdict", "_replace", "_fields", "_make", "_field_defaults"}
+ALLOWED_PRIVATE = {
+    # the task's config copy Hydra's run_job hands the task (app/callback.py, _task_config): no
+    # public hook gives it; sys._getframe is CPython's documented frame access
+    "sys._getframe",
+    # submitit's local executor waits up to 15 s for a result file on a network filesystem; a
+    # local disk needs none (app/tolerant_submitit.py): no public setting exists
+    "job._results_timeout_s",
+}
+
+
+def _foreign_private_attributes(name: str, source: str) -> list[str]:
+    """``obj._attr`` where ``obj`` is not ``self``, ``cls`` or ``super()`` and ``_attr`` is no name
+    the module itself defines (a function, class, variable or ``self._attr``): a private attribute
+    of another module's object, of a library's (Hydra's ``JobReturn._return_value``) or a module's
+    private name reached through a dotted path (``recipe_audit.stats.exact._floor``)."""
+    tree = ast.parse(source)
+    own = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            own.add(node.target.id)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            own.add(node.attr)
+    bad = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        value = node.value
+        if isinstance(value, ast.Name) and value.id in ("self", "cls"):
+            continue
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super":
+            continue
+        text = ast.unparse(node)
+        if node.attr in own or node.attr in NAMEDTUPLE_API or text in ALLOWED_PRIVATE:
+            continue
+        bad.append(f"{name}:{node.lineno} uses {text}")
+    return bad
+
+
+@pytest.mark.xfail(reason="app/callback.py reads Hydra's JobReturn._return_value until the callback's split "
+                          "(issue 29, thin Hydra hooks) reads the public return_value; then this mark goes")
+def test_no_private_attribute_of_another_object_is_used():
+    """A private attribute read or written on an object the module does not own is a leak the
+    import checks above cannot see: Hydra's ``JobReturn._return_value`` has a public
+    ``return_value``; another module's helper gets a public name."""
+    bad = [hit for name, path in MODULES.items()
+           for hit in _foreign_private_attributes(name, path.read_text(encoding="utf-8"))]
+    assert bad == []
+
+
+@pytest.mark.parametrize("source, hit", [
+    ("def f(job_return):\n    return job_return._return_value\n", "job_return._return_value"),
+    ("import recipe_audit.stats.exact\nrecipe_audit.stats.exact._floor(0.1, 0.1)\n",
+     "recipe_audit.stats.exact._floor"),
+    ("def f(obj):\n    obj._cache = None\n", "obj._cache"),
+])
+def test_the_foreign_attribute_check_finds_a_use(source, hit):
+    """The check itself: a planted use is caught; the module's own private names, ``self._x``,
+    ``super()._x``, the namedtuple API and dunders are not."""
+    assert _foreign_private_attributes("planted", source) == [f"planted:2 uses {hit}"]
+    own = ("class A:\n    def __init__(self):\n        self._x = 1\n    def g(self, other):\n"
+           "        return other._x + super()._y() + self._z + other._asdict()['a'] + other.__dict__\n"
+           "_helper = 1\ndef h(m):\n    return m._helper\n")
+    assert _foreign_private_attributes("planted", own) == []

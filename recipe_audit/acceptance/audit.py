@@ -211,7 +211,7 @@ def run_acceptance(req: AcceptanceRequest, *, records: pd.DataFrame | None = Non
     Every input is checked before any model is loaded; nothing is written.
     """
     from recipe_audit.cards import acceptance as card
-    from recipe_audit.stats._validate import check_positive_int, check_scalar_prob
+    from recipe_audit.stats.array_checks import check_positive_int, check_scalar_prob
 
     check_positive_int("the number of resamples", req.resamples)
     check_scalar_prob("the interval level", req.level)

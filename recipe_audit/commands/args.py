@@ -9,8 +9,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-#: The most reruns a count may hold (the same as recipe_audit.stats.checks.MAX_RERUNS).
-MAX_RERUNS = 10**15
+from recipe_audit.stats.checks import MAX_RERUNS, MAX_RERUNS_TEXT
 
 #: Help text of every ``--tracking-uri``: the true default (recipe_audit.store.tracking.resolve_tracking_uri).
 TRACKING_URI_HELP = ("default: $MLFLOW_TRACKING_URI, else the SQLite store mlruns/mlflow.db under the current "
@@ -80,5 +79,7 @@ budget_eps = audit_option("eps")
 risk = audit_option("delta")
 positive = number(lambda v: v > 0, "must be a positive number")
 count = number(lambda v: v >= 0, "is negative", integer=True)
-failures = whole(0, MAX_RERUNS, "10^15")
-reruns = whole(1, MAX_RERUNS, "10^15")
+failures = whole(0, MAX_RERUNS, MAX_RERUNS_TEXT)
+reruns = whole(1, MAX_RERUNS, MAX_RERUNS_TEXT)
+#: The size M of the family a recipe was chosen from.
+family_size = audit_option("family_size")

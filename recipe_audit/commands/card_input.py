@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from recipe_audit import keys
+from recipe_audit.stats.options import is_accuracy_metric
 from recipe_audit.store import artifacts
 
 #: Schemes MLflow keeps runs under (SQL schemes may name a driver: ``postgresql+psycopg2``).
@@ -66,27 +67,6 @@ def audit_names(audits: Sequence[str]) -> None:
     for a in audits:
         if not a.strip() or "," in a:
             raise ValueError(f"--audit names an audit set: non-empty, without a comma, not {_shown(a)}.")
-
-
-def is_accuracy(metric: str) -> bool:
-    """recipe_audit's own accuracy metrics (``accuracy/<audit set>``) lie in [0, 1]."""
-    name = metric[len("metrics."):] if metric.startswith("metrics.") else metric
-    return name.startswith(ACCURACY_PREFIX) and len(name) > len(ACCURACY_PREFIX)
-
-
-def taus_in_range(taus: Sequence[float], metrics: Sequence[str], higher_is_better: bool) -> None:
-    """Refuse a τ outside [0, 1] for an accuracy metric (it is no bar: see the module docstring);
-    the check of the one validator every door uses (recipe_audit.stats.options)."""
-    from recipe_audit.stats.options import check_taus_for
-
-    check_taus_for(taus, metrics, higher_is_better)
-
-
-def budget(eps: float, delta: float, family_size: int | None = None, anytime: bool = False) -> None:
-    """Refuse an ε so small that no count of reruns up to 10^15 could certify it."""
-    from recipe_audit.stats.options import check_budget
-
-    check_budget(eps, delta, family_size, anytime)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,7 +209,7 @@ def store(uri: str, experiment: str, metrics: Sequence[str], *, seed_key: str, g
     for m in names:
         if frame[f"logged[{m}]"].any():
             continue
-        audit = m[len(ACCURACY_PREFIX):] if is_accuracy(m) else None
+        audit = m[len(ACCURACY_PREFIX):] if is_accuracy_metric(m) else None
         if audit is not None and audit in scored:
             continue  # configured but never logged: unfinished or refused per recipe, not a typo
         if audit is not None and audits_named and scored:

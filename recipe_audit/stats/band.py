@@ -68,13 +68,13 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
-from recipe_audit.stats._validate import (
+from recipe_audit.stats.array_checks import (
     check_metrics,
     check_positive_int,
-    check_scalar_delta,
     check_scalar_prob,
 )
 from recipe_audit.stats.bounds import clopper_pearson_upper, sample_floor
+from recipe_audit.stats.checks import check_delta, check_eps
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 from recipe_audit.stats.floors import first_passing
@@ -291,7 +291,7 @@ class SimultaneousBand:
 
     def max_certified_failures(self, eps: float) -> int:
         """Largest ``j`` with ``levels[j] <= eps`` (-1 when even ``j = 0`` cannot certify ``eps``)."""
-        e = check_scalar_prob("eps", eps)
+        e = check_eps(eps)
         return int(np.count_nonzero(np.asarray(self.levels) <= e)) - 1
 
     def to_dict(self) -> dict:
@@ -333,7 +333,7 @@ def simultaneous_band(n: int, delta: float = DEFAULT_DELTA, method: str = "auto"
     References: Birnbaum & Tingey (1951); Massart (1990); Moscovich & Nadler (2017).
     """
     n = check_positive_int("n", n)
-    d = check_scalar_delta(delta)
+    d = check_delta(delta)
     if method != "auto":
         return _band(n, d, method)
     try:
@@ -422,8 +422,8 @@ def band_sample_floor(eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, me
     >>> band_sample_floor(0.10, 0.10), sample_floor(0.10, 0.10)
     (46, 22)
     """
-    e = check_scalar_prob("eps", eps)
-    d = check_scalar_delta(delta)
+    e = check_eps(eps)
+    d = check_delta(delta)
     if method not in ("auto", *BAND_METHODS):
         raise StatsInputError(f"unknown band method {method!r}; use one of {', '.join(BAND_METHODS)} or 'auto'.")
     if method == "auto":
@@ -526,8 +526,8 @@ def band_bounds(metrics, taus, *, eps: float = DEFAULT_EPS, delta: float = DEFAU
     t = np.atleast_1d(np.asarray(taus, dtype=np.float64))
     if t.ndim != 1 or not np.all(np.isfinite(t)):
         raise StatsInputError("the bars tau must be finite numbers.")
-    e = check_scalar_prob("eps", eps)
-    d = check_scalar_delta(delta)
+    e = check_eps(eps)
+    d = check_delta(delta)
     n = m.size + extra
     if n < 1:
         raise StatsInputError("a band needs at least one rerun.")

@@ -20,7 +20,7 @@ from scipy import special
 
 from recipe_audit.stats import exact as _exact
 from recipe_audit.stats import floors
-from recipe_audit.stats._validate import check_counts, check_delta
+from recipe_audit.stats.array_checks import check_count_arrays, check_delta_array
 
 __all__ = [
     "TailBound",
@@ -66,8 +66,8 @@ def _clean(delta: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 def _flat_inputs(k, n, delta):
     """Validate a bound's inputs; return their broadcast shape and ``k``, ``n``, ``delta`` as flat arrays."""
-    k_arr, n_arr = check_counts(k, n)
-    d_arr = check_delta(delta)
+    k_arr, n_arr = check_count_arrays(k, n)
+    d_arr = check_delta_array(delta)
     shape = np.broadcast_shapes(k_arr.shape, n_arr.shape, d_arr.shape)
     k1, n1, d1 = (np.broadcast_to(x, shape).ravel() for x in (k_arr, n_arr, d_arr))
     return shape, k1, n1, d1

@@ -37,14 +37,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from recipe_audit.stats._validate import (
-    check_counts,
+from recipe_audit.stats.array_checks import (
+    check_count_arrays,
     check_positive_int,
-    check_scalar_delta,
-    check_scalar_prob,
     make_rng,
 )
 from recipe_audit.stats.bounds import clopper_pearson_lower, clopper_pearson_upper, sample_floor
+from recipe_audit.stats.checks import check_delta, check_eps
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 from recipe_audit.stats.exact import release_rule
@@ -122,13 +121,13 @@ def curtail_plan(n_planned: int, eps: float = DEFAULT_EPS, delta: float = DEFAUL
     (2, 10)
     """
     n = check_positive_int("planned reruns N", n_planned)
-    return _plan(n, check_scalar_prob("eps", eps), check_scalar_delta(delta))
+    return _plan(n, check_eps(eps), check_delta(delta))
 
 
 def _counts(k, m, n_planned):
     """Validate failures ``k`` among ``m >= 1`` reruns done of ``n_planned``; int64 arrays."""
     n = check_positive_int("planned reruns N", n_planned)
-    k_arr, m_arr = check_counts(k, m)
+    k_arr, m_arr = check_count_arrays(k, m)
     if np.any(m_arr > n):
         raise StatsInputError(f"reruns done m ({int(np.max(m_arr))}) cannot exceed the planned N ({n}).")
     k_arr, m_arr = np.broadcast_arrays(k_arr, m_arr)
@@ -162,8 +161,8 @@ def curtailed_verdict_array(k, m, n_planned, eps=DEFAULT_EPS, delta=DEFAULT_DELT
     ``U(k + r, N)`` and ``L(k, N)`` (see the module docstring). Equals ``verdict(k, N)`` when
     ``m == N``. Vectorised; returns a string array."""
     k_arr, m_arr, n = _counts(k, m, n_planned)
-    e = check_scalar_prob("eps", eps)
-    d = check_scalar_delta(delta)
+    e = check_eps(eps)
+    d = check_delta(delta)
     upper = np.asarray(clopper_pearson_upper(k_arr + (n - m_arr), n, d))
     lower = np.asarray(clopper_pearson_lower(k_arr, n, d))
     n_min = sample_floor(e, d)
@@ -237,8 +236,8 @@ def curtail_state(k: int, m: int, n_planned: int, eps: float = DEFAULT_EPS, delt
     k_arr, m_arr, n = _counts(k, m, n_planned)
     if k_arr.ndim:
         raise StatsInputError("curtail_state takes a single k and m; use curtail_determined() for arrays.")
-    e = check_scalar_prob("eps", eps)
-    d = check_scalar_delta(delta)
+    e = check_eps(eps)
+    d = check_delta(delta)
     k_i, m_i = int(k_arr), int(m_arr)
     r = n - m_i
     plan = curtail_plan(n, e, d)
@@ -331,8 +330,8 @@ def simulate_curtailment(failure_prob: float, n_planned: int = 59, *, eps: float
     b = check_positive_int("batch_size", batch_size)
     sims = check_positive_int("n_sims", n_sims)
     _check_stop_on(stop_on)
-    e = check_scalar_prob("eps", eps)
-    d = check_scalar_delta(delta)
+    e = check_eps(eps)
+    d = check_delta(delta)
     gen, seed, info = make_rng(rng)
     fails = gen.random((sims, n)) < p
     cum = np.cumsum(fails, axis=1)

@@ -29,15 +29,14 @@ from types import MappingProxyType
 import numpy as np
 
 from recipe_audit.stats import exact, floors
-from recipe_audit.stats._validate import (
-    check_counts,
+from recipe_audit.stats.array_checks import (
+    check_count_arrays,
     check_metrics,
     check_positive_int,
-    check_scalar_delta,
-    check_scalar_prob,
     check_tau,
     make_rng,
 )
+from recipe_audit.stats.checks import check_delta, check_eps
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 from recipe_audit.stats.verdicts import verdict as _verdict
@@ -241,8 +240,8 @@ def apply_rules(
     """
     m = check_metrics(metrics)
     t = check_tau(tau)
-    e = check_scalar_prob("eps", eps)
-    d = check_scalar_delta(delta)
+    e = check_eps(eps)
+    d = check_delta(delta)
     B = check_positive_int("B", B)
     n_unfinished = check_positive_int("n_unfinished", n_unfinished, minimum=0)
     generator, seed, rng_info = make_rng(rng)
@@ -261,7 +260,7 @@ def apply_rules(
     else:
         if n_unfinished:
             raise StatsInputError("give n_unfinished only when k and n are derived from the metrics.")
-        k_arr, n_arr = check_counts(k, n)
+        k_arr, n_arr = check_count_arrays(k, n)
         if k_arr.ndim or n_arr.ndim:
             raise StatsInputError("k and n must be single counts, not arrays.")
         k_card, n_card = int(k_arr), int(n_arr)

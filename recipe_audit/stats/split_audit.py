@@ -45,15 +45,14 @@ from types import MappingProxyType
 
 import numpy as np
 
-from recipe_audit.stats._validate import (
+from recipe_audit.stats.array_checks import (
     check_metrics,
     check_positive_int,
-    check_scalar_delta,
-    check_scalar_prob,
     check_tau,
     make_rng,
 )
 from recipe_audit.stats.bounds import clopper_pearson_upper, sample_floor
+from recipe_audit.stats.checks import check_delta, check_eps
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 from recipe_audit.stats.exact import release_rule
@@ -440,8 +439,8 @@ def held_out_split_audit(
     SplitAuditResult
     """
     cell_list = _coerce_cells(cells)
-    e = check_scalar_prob("eps", eps)
-    d = check_scalar_delta(delta)
+    e = check_eps(eps)
+    d = check_delta(delta)
     S = check_positive_int("n_splits", n_splits)
     B = check_positive_int("B", B)
     audit_B = check_positive_int("audit_B", audit_B)
@@ -551,8 +550,8 @@ def evidence_responsiveness(
         raise StatsInputError("sizes must be a sequence of positive integers.") from None
     if not size_list:
         raise StatsInputError("sizes must hold at least one audit size.")
-    e = check_scalar_prob("eps", eps)
-    d = check_scalar_delta(delta)
+    e = check_eps(eps)
+    d = check_delta(delta)
     S = check_positive_int("n_splits", n_splits)
     audit_B = check_positive_int("audit_B", audit_B)
     generator, seed, rng_info = make_rng(rng)

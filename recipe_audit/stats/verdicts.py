@@ -19,8 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from recipe_audit.stats import exact
-from recipe_audit.stats._validate import check_counts, check_scalar_delta, check_scalar_prob
+from recipe_audit.stats.array_checks import check_count_arrays
 from recipe_audit.stats.bounds import clopper_pearson_lower, clopper_pearson_upper, sample_floor
+from recipe_audit.stats.checks import check_delta, check_eps
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 from recipe_audit.stats.exact import (
@@ -48,9 +49,9 @@ def verdict_array(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> np.ndarray:
 
     Returns a NumPy string array of the broadcast shape of ``k`` and ``n``.
     """
-    k_arr, n_arr = check_counts(k, n)
-    e = check_scalar_prob("eps", eps)
-    d = check_scalar_delta(delta)
+    k_arr, n_arr = check_count_arrays(k, n)
+    e = check_eps(eps)
+    d = check_delta(delta)
     kb, nb = np.broadcast_arrays(k_arr, n_arr)
     n_min = sample_floor(e, d)
     upper = np.asarray(clopper_pearson_upper(kb, nb, d))
@@ -75,7 +76,7 @@ def verdict(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> str:
     >>> verdict(0, 22), verdict(0, 21), verdict(5, 5), verdict(3, 30)
     ('release-supported', 'insufficient-evidence', 'strong-unsupported', 'unsupported')
     """
-    k_arr, n_arr = check_counts(k, n)
+    k_arr, n_arr = check_count_arrays(k, n)
     if k_arr.ndim or n_arr.ndim:
         raise StatsInputError("verdict takes a single k and a single n; use verdict_array for arrays.")
     return exact.verdict(int(k_arr), int(n_arr), eps, delta)

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recipe_audit.stats._validate import check_positive_int, check_scalar_prob, make_rng
 from recipe_audit.stats.acceptance.names import (
     DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,
@@ -15,6 +14,7 @@ from recipe_audit.stats.acceptance.names import (
     SENSITIVITY_LEVEL,
 )
 from recipe_audit.stats.acceptance.records import PairedRecords, gaps
+from recipe_audit.stats.array_checks import check_positive_int, check_scalar_prob, make_rng
 
 # Budget (resamples x units) of one chunk of the vectorised bootstrap: small enough that the chunk's
 # temporaries stay in cache and are reused (large fresh arrays cost more in page faults than the

@@ -1,4 +1,8 @@
-"""Input checks shared by the stats modules; every failure is one-sentence StatsInputError."""
+"""The inputs of the array statistics (NumPy), checked: counts as arrays, probabilities, metric
+arrays, bars, resample counts and random generators. Every failure is one sentence
+(:class:`~recipe_audit.stats.errors.StatsInputError`), in the words of :mod:`.checks`, which checks
+the scalars (ε, δ, one ``(k, n)``) of every statistic; the names here say they take arrays
+(:func:`check_count_arrays`, :func:`check_delta_array`), so no name means two contracts."""
 
 from __future__ import annotations
 
@@ -53,7 +57,7 @@ def _big(x: int) -> str:
     return str(x) if abs(x) < 10**40 else f"a {len(str(abs(x)))}-digit number"
 
 
-def check_counts(k, n) -> tuple[np.ndarray, np.ndarray]:
+def check_count_arrays(k, n) -> tuple[np.ndarray, np.ndarray]:
     """Validate failures ``k`` and reruns ``n`` (0 <= k <= n, n >= 1) and return int64 arrays."""
     k_arr = as_count("failures k", k)
     n_arr = as_count("reruns n", n)
@@ -75,7 +79,7 @@ def check_counts(k, n) -> tuple[np.ndarray, np.ndarray]:
     return k_arr, n_arr
 
 
-def check_prob(name: str, value) -> np.ndarray:
+def check_prob_array(name: str, value) -> np.ndarray:
     """Validate a probability strictly inside (0, 1); return a float64 array."""
     if isinstance(value, (bool, np.bool_)):
         raise StatsInputError(f"{name} must be a number strictly between 0 and 1, got {value}.")
@@ -90,26 +94,18 @@ def check_prob(name: str, value) -> np.ndarray:
     return arr
 
 
-def check_delta(value) -> np.ndarray:
+def check_delta_array(value) -> np.ndarray:
     """Validate the statistical risk delta, strictly inside (0, 0.5); return a float64 array."""
-    arr = check_prob("delta", value)
+    arr = check_prob_array("delta", value)
     bad = ~(arr < 0.5)
     if np.any(bad):
         raise StatsInputError(f"delta must lie strictly between 0 and 0.5, got {_fmt(arr[bad].flat[0])}: {DELTA_RULE}.")
     return arr
 
 
-def check_scalar_delta(value) -> float:
-    """Like :func:`check_delta` but for a single number; returns a Python float."""
-    arr = check_delta(value)
-    if arr.ndim != 0:
-        raise StatsInputError(f"delta must be a single number, got an array of shape {arr.shape}.")
-    return value if isinstance(value, Typed) else float(arr)  # a Typed number keeps the decimal typed
-
-
 def check_scalar_prob(name: str, value) -> float:
-    """Like :func:`check_prob` but for a single number; returns a Python float."""
-    arr = check_prob(name, value)
+    """Like :func:`check_prob_array` but for a single number (ε and δ: :mod:`.checks`); returns a Python float."""
+    arr = check_prob_array(name, value)
     if arr.ndim != 0:
         raise StatsInputError(f"{name} must be a single number, got an array of shape {arr.shape}.")
     return value if isinstance(value, Typed) else float(arr)  # a Typed number keeps the decimal typed
