@@ -378,6 +378,10 @@ def _foreign_private_attributes(name: str, source: str) -> list[str]:
         if node.attr in own or node.attr in NAMEDTUPLE_API or text in ALLOWED_PRIVATE:
             continue
         bad.append(f"{name}:{node.lineno} uses {text}")
+    for node in ast.walk(tree):  # a private field set through another's constructor: JobReturn(_return_value=x)
+        if isinstance(node, ast.Call):
+            bad += [f"{name}:{node.lineno} passes {kw.arg}=" for kw in node.keywords
+                    if kw.arg and kw.arg.startswith("_") and not kw.arg.endswith("_") and kw.arg not in own]
     return bad
 
 
@@ -406,3 +410,5 @@ def test_the_foreign_attribute_check_finds_a_use(source, hit):
            "        return other._x + super()._y() + self._z + other._asdict()['a'] + other.__dict__\n"
            "_helper = 1\ndef h(m):\n    return m._helper\n")
     assert _foreign_private_attributes("planted", own) == []
+    assert _foreign_private_attributes("planted", "x = 1\nJobReturn(_return_value=None, _target_=x)\n") == [
+        "planted:2 passes _return_value="]

@@ -93,7 +93,7 @@ def _killed_return(overrides):
     recorded as KILLED (what the recipe_audit callback would have recorded, had it lived)."""
     from hydra.core.utils import JobReturn, JobStatus
 
-    ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=None)
+    ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)  # its return value: None
     ret.recipe_audit = {"run_id": None, "status": "KILLED", "metrics": {}, "error": "its worker process died"}
     return ret
 
