@@ -240,10 +240,10 @@ def cmd_card(a: argparse.Namespace) -> int:
     uri = resolve_tracking_uri(a.tracking_uri)
     check.tracking_uri(uri, will_log=a.log_run)
 
-    from recipe_audit.cards.files import render_files, write_json
+    from recipe_audit.cards.files import write_json
     from recipe_audit.cards.summary import print_card_summary
+    from recipe_audit.release.card_runs import CardOutput
     from recipe_audit.release.compute import CardRequest, compute_card
-    from recipe_audit.store.cards import log_cell_card_runs
 
     req = CardRequest(experiment=a.experiment_name, metric=metric, tracking_uri=uri, seed_key=a.seed_key,
                       group_by=tuple(a.group_by), recipe_id=a.recipe_id, sweep_id=a.sweep_id,
@@ -269,8 +269,9 @@ def cmd_card(a: argparse.Namespace) -> int:
     else:
         doc = compute_card(req, opts, split_audit=a.split_audit, responsiveness=a.responsiveness,
                            n_splits=a.splits, frame=frame)
+    out = CardOutput(doc)  # each file rendered once, for --out and --log-run alike
     try:
-        files = render_files(doc, a.out) if a.out else None
+        files = out.write(a.out) if a.out else None
         if a.json_path:
             write_json(doc, a.json_path)
     except OSError as exc:
@@ -287,7 +288,7 @@ def cmd_card(a: argparse.Namespace) -> int:
         print("\nShift: calibration audit vs target audits\n" + text_table(rows, header))
     if a.log_run:
         try:
-            runs = log_cell_card_runs(doc.to_json(), uri, a.experiment_name)
+            runs = out.log(uri, a.experiment_name)
         except Exception as exc:  # noqa: BLE001 - a store that refuses the write: one sentence
             if isinstance(exc, ValueError):
                 raise

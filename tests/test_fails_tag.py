@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from recipe_audit import keys
 from recipe_audit.app.callback import RecipeAuditCallback
+from recipe_audit.cards.document import CardEntry, Rerun
 from recipe_audit.store.cards import rerun_bar_tags
 
 
 def _card_tags(metric: str, taus, value, status="FINISHED") -> dict[str, str]:
-    entries = [{"metric": metric, "tau": t, "higher_is_better": True,
-                "reruns": [{"run_id": "r1", "status": status, "value": value}]} for t in taus]
+    entries = [CardEntry(metric=metric, tau=t, higher_is_better=True, reruns=(Rerun(0, "r1", value, status),))
+               for t in taus]
     return rerun_bar_tags(entries)["r1"]
 
 

@@ -123,7 +123,7 @@ def sweep_parents(cells: Sequence[Cell]) -> list[str]:
 def apply_curtailment(cells: Sequence[Cell], records: dict[str, dict[str, Any]]) -> list[Cell]:
     """Cells of curtailed sweeps become curtailed cells (module docstring); others are unchanged.
     ``records``: the curtailment record of each sweep parent run that has one
-    (:func:`recipe_audit.store.curtailment.read_curtailment_records` of :func:`sweep_parents`)."""
+    (:func:`recipe_audit.store.curtailment.curtailment_records` of :func:`sweep_parents`)."""
     out = []
     for c in cells:
         rec = records.get(c.sweep_run_ids[0]) if len(c.sweep_run_ids) == 1 else None

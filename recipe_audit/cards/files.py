@@ -1,14 +1,17 @@
 """A recipe card as files: its JSON Schema check and the folder it is written to (``card.json``,
 ``card.md``, ``card.html`` and the plots), each file's digest sealed into the card.
 
-Only this module writes a card to disk; :mod:`recipe_audit.store.cards` logs those files to MLflow.
+Only this module renders a card's files (once each: :func:`render_card`) and writes them to disk;
+:mod:`recipe_audit.store.cards` logs those same bytes to MLflow.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import tempfile
+from dataclasses import dataclass, replace
 from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
@@ -153,59 +156,125 @@ def derived_texts(doc: dict[str, Any], stem: str, images: dict[str, bytes]) -> d
     view = RecipeCard.from_json(doc)
     names, band_names = plot_names(view, stem)
     markdown = to_markdown(view, names, band_names)
-    with tempfile.TemporaryDirectory(prefix=".card-check-") as tmp:
-        for name, data in images.items():
-            if name.endswith(".png") and "/" not in name and "\\" not in name and name not in (".", ".."):
-                (Path(tmp) / name).write_bytes(data)
-        page = to_html(markdown, Path(tmp))
-    return {f"{stem}.md": markdown.encode("utf-8"), f"{stem}.html": page.encode("utf-8")}
+    plots = {name: data for name, data in images.items()
+             if name.endswith(".png") and "/" not in name and "\\" not in name}
+    return {f"{stem}.md": markdown.encode("utf-8"), f"{stem}.html": to_html(markdown, plots).encode("utf-8")}
 
 
-def render_files(card: RecipeCard | dict[str, Any], out_dir: Path, stem: str = "card") -> dict[str, Path]:
-    """Write ``<stem>.json``, ``<stem>.md``, ``<stem>.html`` (the Markdown with its plots embedded)
-    and per cell a histogram PNG and a band PNG into ``out_dir``. ``card``: the typed card, or a
-    card's JSON (read back from a file).
+class Plots:
+    """The PNG bytes of a card's plots, each drawn once: the card's own folder and the card run of
+    each of its cells (:func:`cell_cards`) show the same histogram and band, under other names.
+    A plot is keyed by what it is drawn from (its kind and the cell's entries), so one instance
+    may serve any cards; ``drawn`` counts the figures drawn."""
 
-    The JSON written is the card's (``to_json()``) sealed with the manifest of the other files
-    (name -> sha256), so its digest covers every file of the card (``card`` itself is not changed).
-    Everything is rendered into a temporary directory first and moved into place only when all of
-    it succeeded, so a failure never leaves a half-written card."""
+    def __init__(self) -> None:
+        self._png: dict[tuple, bytes] = {}
+        self.drawn = 0
+
+    def png(self, kind: str, entries: list, draw) -> bytes:
+        """The PNG of ``draw(entries)`` (a matplotlib figure), drawn the first time it is asked."""
+        key = (kind, tuple(entries))
+        data = self._png.get(key)
+        if data is None:
+            data = self._png[key] = figure_png(draw(entries))
+            self.drawn += 1
+        return data
+
+
+def figure_png(fig) -> bytes:
+    """A matplotlib figure as PNG bytes (what ``fig.savefig("x.png")`` writes)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class RenderedCard:
+    """A card rendered once, in memory: every file's bytes by name (``files``; ``<stem>.json`` is
+    the card's JSON sealed with the manifest of the others) and which file is which (``kinds``:
+    ``hist_<i>``, ``band_<i>``, ``responsiveness``, ``json``, ``markdown``, ``html``). The same
+    bytes are written to a folder (:func:`write_files`) and logged to MLflow
+    (:mod:`recipe_audit.store.cards`)."""
+
+    files: dict[str, bytes]
+    kinds: dict[str, str]
+    digest: str
+
+    def text(self, kind: str) -> str:
+        return self.files[self.kinds[kind]].decode("utf-8")
+
+
+def render_card(card: RecipeCard | dict[str, Any], stem: str = "card", plots: Plots | None = None) -> RenderedCard:
+    """Render ``<stem>.json``, ``<stem>.md``, ``<stem>.html`` (the Markdown with its plots embedded)
+    and per cell a histogram PNG and a band PNG, in memory. ``card``: the typed card, or a card's
+    JSON (read back from a file); ``plots``: the plots already drawn for another document of the
+    same cells (else they are drawn here).
+
+    The JSON rendered is the card's (``to_json()``) sealed with the manifest of the other files
+    (name -> sha256), so its digest covers every file of the card (``card`` itself is not changed)."""
+    plots = plots if plots is not None else Plots()
     doc = card.to_json() if isinstance(card, RecipeCard) else {**card, "cells": [dict(e) for e in card["cells"]]}
     validate(doc)
-    out_dir.mkdir(parents=True, exist_ok=True)
     # the content digest the Markdown names; the manifest is added below (``doc`` is a copy of the
     # card's JSON down to its entries: sealing changes neither the entries nor anything below them)
     seal(doc)
     content = doc["content_digest"]
     # what is rendered: the sealed card (a typed card is not typed again from its JSON)
     view = card.with_seal_of(doc) if isinstance(card, RecipeCard) else RecipeCard.from_json(doc)
+    images, band_images = plot_names(view, stem)
+    files: dict[str, bytes] = {}
+    kinds: dict[str, str] = {}
+    for i, (key, entries) in enumerate(cell_groups(view).items()):
+        if key in images:
+            files[images[key]] = plots.png("hist", entries, histogram)
+            kinds[f"hist_{i}"] = images[key]
+        if key in band_images:  # the band beside the pointwise bound
+            files[band_images[key]] = plots.png("band", entries, band_plot)
+            kinds[f"band_{i}"] = band_images[key]
+    if view.responsiveness:
+        name = f"{stem}_responsiveness.png"
+        files[name] = figure_png(responsiveness_plot(view.responsiveness))
+        kinds["responsiveness"] = name
+    markdown = to_markdown(view, images, band_images)
+    # the same card with its plots embedded: MLflow's artifact viewer shows it whole
+    page = to_html(markdown, dict(files))
+    files[f"{stem}.md"], files[f"{stem}.html"] = markdown.encode("utf-8"), page.encode("utf-8")
+    # the content is what was sealed above (rendering only reads it): its digest is reused
+    seal(doc, {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
+         content_digest=content)
+    files[f"{stem}.json"] = dumps_indented(doc).encode("utf-8")
+    kinds.update(json=f"{stem}.json", markdown=f"{stem}.md", html=f"{stem}.html")
+    return RenderedCard(files, kinds, doc["digest"])
+
+
+def write_files(rendered: RenderedCard, out_dir: Path) -> dict[str, Path]:
+    """Write the files of ``rendered`` into ``out_dir``; returns their paths by kind. They are
+    written into a temporary folder first and moved into place only when all of them are, so a
+    failure never leaves a half-written card."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".card-") as tmp:
-        tmp_dir = Path(tmp)
-        images, band_images = plot_names(view, stem)
-        files: dict[str, Path] = {}
-        for i, (key, entries) in enumerate(cell_groups(view).items()):
-            if key in images:
-                histogram(entries).savefig(tmp_dir / images[key])
-                files[f"hist_{i}"] = out_dir / images[key]
-            if key in band_images:  # the band beside the pointwise bound
-                band_plot(entries).savefig(tmp_dir / band_images[key])
-                files[f"band_{i}"] = out_dir / band_images[key]
-        if view.responsiveness:
-            name = f"{stem}_responsiveness.png"
-            responsiveness_plot(view.responsiveness).savefig(tmp_dir / name)
-            files["responsiveness"] = out_dir / name
-        markdown = to_markdown(view, images, band_images)
-        (tmp_dir / f"{stem}.md").write_text(markdown, encoding="utf-8")
-        # the same card with its plots embedded: MLflow's artifact viewer shows it whole
-        (tmp_dir / f"{stem}.html").write_text(to_html(markdown, tmp_dir), encoding="utf-8")
-        # the content is what was sealed above (rendering only reads it): its digest is reused
-        seal(doc, {p.name: file_sha256(p) for p in sorted(tmp_dir.iterdir())}, content_digest=content)
-        (tmp_dir / f"{stem}.json").write_text(dumps_indented(doc), encoding="utf-8")
-        files["json"], files["markdown"] = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
-        files["html"] = out_dir / f"{stem}.html"
-        for p in tmp_dir.iterdir():
-            os.replace(p, out_dir / p.name)
-    return files
+        for name, data in rendered.files.items():
+            (Path(tmp) / name).write_bytes(data)
+        for name in rendered.files:
+            os.replace(Path(tmp) / name, out_dir / name)
+    return {kind: out_dir / name for kind, name in rendered.kinds.items()}
+
+
+def render_files(card: RecipeCard | dict[str, Any], out_dir: Path, stem: str = "card",
+                 plots: Plots | None = None) -> dict[str, Path]:
+    """:func:`render_card` written into ``out_dir`` (:func:`write_files`): the card's files by kind."""
+    return write_files(render_card(card, stem, plots), out_dir)
+
+
+def cell_cards(card: RecipeCard) -> list[RecipeCard]:
+    """The card of each cell of ``card`` (all its τ), sealed: what one card run holds. The split
+    audit, the responsiveness plot and the shift table are about the other cells too: a cell's
+    card leaves them out."""
+    drop = ("split_audit", "responsiveness", "shift", "artifacts")
+    order = tuple(k for k in card.key_order if k not in drop)
+    return [replace(card, cells=tuple(entries), split_audit=None, responsiveness=None, shift=None, artifacts=None,
+                    key_order=order).sealed()
+            for entries in card.cell_groups().values()]
 
 
 def file_sha256(path: Path) -> str:

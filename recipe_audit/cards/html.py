@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Mapping
 from pathlib import Path
 
 _STYLE = """
@@ -38,10 +39,10 @@ def _parser():
     return MarkdownIt("commonmark", {"html": False}).enable("table")
 
 
-def to_html(markdown: str, images_dir: Path | None = None, title: str = "Recipe card") -> str:
+def to_html(markdown: str, images: Mapping[str, bytes] | Path | None = None, title: str = "Recipe card") -> str:
     """A complete HTML page of the card's ``markdown``. Each image the Markdown names by a plain
-    file name found in ``images_dir`` is embedded as a base64 ``data:`` URI (a PNG); an image
-    that is not there keeps its name."""
+    file name found in ``images`` (file name -> PNG bytes, or a folder holding the files) is
+    embedded as a base64 ``data:`` URI (a PNG); an image that is not there keeps its name."""
     md = _parser()
     tokens = md.parse(markdown)
     for tok in tokens:
@@ -49,10 +50,17 @@ def to_html(markdown: str, images_dir: Path | None = None, title: str = "Recipe 
             if child.type != "image":
                 continue
             src = str(child.attrGet("src") or "")
-            path = images_dir / src if images_dir is not None and src and "/" not in src else None
-            if path is not None and path.is_file():
-                data = base64.b64encode(path.read_bytes()).decode("ascii")
-                child.attrSet("src", f"data:image/png;base64,{data}")
+            png = _image(images, src) if images is not None and src and "/" not in src else None
+            if png is not None:
+                child.attrSet("src", f"data:image/png;base64,{base64.b64encode(png).decode('ascii')}")
     body = md.renderer.render(tokens, md.options, {})
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{html.escape(title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n")
+
+
+def _image(images: Mapping[str, bytes] | Path, name: str) -> bytes | None:
+    """The bytes of the plain file name ``name`` in ``images``; None when it is not there."""
+    if isinstance(images, Path):
+        path = images / name
+        return path.read_bytes() if path.is_file() else None
+    return images.get(name)

@@ -64,18 +64,24 @@ def compute_card(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fal
                  responsiveness: bool = False, n_splits: int = 1000, rng_seed: int = 0,
                  frame=None) -> RecipeCard:
     """The recipe card for every cell of ``req`` at every τ of ``opts``. ``frame``: the runs,
-    when the caller has read them already with :func:`read_card_runs` ``(req)`` (else read here)."""
+    when the caller has read them already with :func:`read_card_runs` ``(req)`` (else read here).
+
+    What it reads of the store: the runs once, with their sweeps' tags (the curtailment records
+    among them; :func:`read_card_runs`), and the few params that describe each recipe in one point
+    read of one run per cell (:func:`_summary_params`: reading them with every rerun costs more
+    than the card at 100,000 reruns). Everything else is computed from those."""
     from recipe_audit.reruns import QueryError, collect_reruns
-    from recipe_audit.store.read import read_runs
 
     metric = _metric_name(req.metric)
     try:
         if frame is None:
             frame = read_card_runs(req)
-        if not frame[f"logged[{metric}]"].any() and not frame[_SCORED_ON].notna().any():
-            read_runs(req.tracking_uri, req.experiment, [metric], seed_key=req.seed_key)  # says why
     except QueryError as exc:
         raise CardError(str(exc)) from None
+    if not frame[f"logged[{metric}]"].any() and not frame[_SCORED_ON].notna().any():
+        why = frame.attrs["unlogged"].get(metric) if "unlogged" in frame.attrs else _why_unlogged(req, metric)
+        if why:
+            raise CardError(why)  # what the runs there did log
     everything = frame
     if req.recipe_id is not None:
         frame = frame[frame["recipe_id"] == req.recipe_id]
@@ -109,10 +115,11 @@ def compute_card(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fal
         "family_recipe_ids": family_ids,
     }
     from recipe_audit.cards.curtail import apply_curtailment, sweep_parents
-    from recipe_audit.store.curtailment import read_curtailment_records
+    from recipe_audit.store.curtailment import curtailment_records
 
-    # unlaunched seeds are not failures
-    cells = apply_curtailment(cells, read_curtailment_records(req.tracking_uri, sweep_parents(cells)))
+    # unlaunched seeds are not failures (the records were read with the runs, on their sweeps' runs)
+    records = curtailment_records(req.tracking_uri, everything.attrs.get("curtailment", {}), sweep_parents(cells))
+    cells = apply_curtailment(cells, records)
     card = build_card(cells, opts, source)
     if split_audit or responsiveness:
         sections = _split_audit(cells, opts, split_audit, responsiveness, n_splits, rng_seed)
@@ -122,6 +129,20 @@ def compute_card(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fal
 
 
 _SCORED_ON = "tags." + keys.TAG_AUDIT_SETS
+
+
+def _why_unlogged(req: CardRequest, metric: str) -> str | None:
+    """For a frame read otherwise than by :func:`read_card_runs` (the release gate's history), in
+    which no run logged ``metric``: the sentence the store's own read of the runs gives (None when
+    that read finds the metric)."""
+    from recipe_audit.reruns import QueryError
+    from recipe_audit.store.read import read_runs
+
+    try:
+        read_runs(req.tracking_uri, req.experiment, [metric], seed_key=req.seed_key)
+    except QueryError as exc:
+        return str(exc)
+    return None
 
 
 def _summary_params(req: CardRequest, frame, run_ids: list[str]) -> dict[str, dict[str, Any]]:

@@ -392,7 +392,7 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
     the module docstring."""
     from recipe_audit.cards.document import RecipeCard
     from recipe_audit.cards.render import to_markdown
-    from recipe_audit.store.cards import log_cell_card_runs
+    from recipe_audit.release.card_runs import CardOutput
 
     if (version is None) == (run_id is None):
         raise RegistryError("Name the model version with --version or register one with --run-id (one of them).")
@@ -438,14 +438,15 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
             mv = reg.create_version(model_name, source, run_id, model_id)
             created_version = True
         sub = _sub_document(doc, cells)
-        from recipe_audit.store.cards import json_cell_groups
-
-        logged = log_cell_card_runs(sub, tracking_uri, experiment, attached_to=f"{model_name}/{mv.version}")
+        typed = RecipeCard.from_json(sub)  # typed once: the card runs and the cells below
+        logged = CardOutput(typed).log(tracking_uri, experiment, attached_to=f"{model_name}/{mv.version}")
         card_runs = [c.run_id for c in logged if not c.reused]  # a reused card run is not ours to undo
-        run_of = dict(zip(json_cell_groups(sub).keys(), logged, strict=True))
+        entries_of: dict[tuple, list[dict[str, Any]]] = {}
+        for t, e in zip(typed.cells, sub["cells"], strict=True):
+            entries_of.setdefault(t.cell_key, []).append(e)
         fields_by_stem: dict[str, dict[str, str]] = {}
-        for key, entries in json_cell_groups(sub).items():
-            rid, cell_digest = run_of[key].run_id, run_of[key].digest
+        for entries, run in zip(entries_of.values(), logged, strict=True):
+            rid, cell_digest = run.run_id, run.digest
             for e in entries:
                 stem = keys.card_tag_stem(e["audit_set"] or e["metric"], e["tau"])
                 fields_by_stem[stem] = _card_fields(e, f"runs:/{rid}/card.json", cell_digest, source_run_id,
@@ -469,7 +470,7 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
             reg.set_version_tag(model_name, mv.version, k, v)
         others = {k: v for k, v in current.items() if k not in stale and k not in new_tags}
         all_cards = {**attached_cards(others, tracking_uri), **fields_by_stem}
-        latest_md = to_markdown(RecipeCard.from_json(sub))
+        latest_md = to_markdown(typed)
         exp_ids = {experiment: exp.experiment_id}
         for f in all_cards.values():  # cards attached earlier may come from another experiment
             if f.get("experiment") and f["experiment"] not in exp_ids:

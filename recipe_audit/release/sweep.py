@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 from recipe_audit.cards.document import RecipeCard
-from recipe_audit.cards.files import render_files
 from recipe_audit.cards.model import CardOptions
 from recipe_audit.cards.summary import print_card_summary
 from recipe_audit.errors import first_line
+from recipe_audit.release.card_runs import CardOutput
 from recipe_audit.release.compute import CardRequest, compute_card
 from recipe_audit.store import artifacts
-from recipe_audit.store.cards import log_card_runs, ui_experiment_link
+from recipe_audit.store.cards import ui_experiment_link
 from recipe_audit.store.experiment_note import publish_experiment_note
 from recipe_audit.store.uris import store_lines
 
@@ -21,14 +21,17 @@ from recipe_audit.store.uris import store_lines
 def cards_for_sweep(sweep, metric: str, opts: CardOptions, sweep_dir: Path | None = None,
                     stem: str = "card") -> RecipeCard:
     """Compute, write and log the card of one sweep on ``metric``; print the verdict table.
-    Raises :class:`CardError` (one sentence) when the sweep's reruns cannot make a card."""
+    Raises :class:`CardError` (one sentence) when the sweep's reruns cannot make a card. Each
+    file is rendered once (:class:`CardOutput`); the sweep's callback has tagged its reruns
+    pass/fail at the sweep's bars as each job ended, so the card runs do not tag them again."""
     req = CardRequest(experiment=sweep.experiment_name, tracking_uri=sweep.tracking_uri, metric=metric,
                       sweep_id=sweep.sweep_id, planned_seeds=tuple(sweep.planned_seeds))
     doc = compute_card(req, opts)
-    files = render_files(doc, (sweep_dir or Path(".")) / stem, stem="card") if sweep_dir else None
-    run_ids = log_card_runs(doc.to_json(), sweep.tracking_uri, sweep.experiment_name)
+    out = CardOutput(doc)
+    files = out.write(sweep_dir / stem) if sweep_dir else None
+    logged = out.log(sweep.tracking_uri, sweep.experiment_name, tag_reruns=False)
     print_card_summary(doc, files)
-    print(f"Card runs in MLflow: {', '.join(run_ids)}")
+    print(f"Card runs in MLflow: {', '.join(c.run_id for c in logged)}")
     return doc
 
 

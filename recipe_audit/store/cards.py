@@ -1,21 +1,20 @@
-"""Card runs in MLflow, next to the reruns they were computed from: the card's files
-(:mod:`recipe_audit.cards.files`) as artifacts, its verdict as tags and metrics, its Markdown as
-the run's description, and pass/fail tags on the reruns."""
+"""Card runs in MLflow, next to the reruns they were computed from: the files of a cell's card
+as :func:`recipe_audit.cards.files.render_card` rendered them, logged as they are (this module
+renders nothing), its verdict as tags and metrics, its Markdown as the run's description, and
+pass/fail tags on the reruns. :func:`recipe_audit.release.card_runs.log_cards` is the path that
+renders each cell once and hands its files here."""
 
 from __future__ import annotations
 
-import copy
 import hashlib
-import json
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from recipe_audit import keys
-from recipe_audit.cards.digest import seal
-from recipe_audit.cards.document import RecipeCard
-from recipe_audit.cards.files import render_files
+from recipe_audit.cards.document import CardEntry, RecipeCard, thaw
+from recipe_audit.cards.files import RenderedCard
 from recipe_audit.cards.model import CardError
 
 TAG_VERDICT = keys.PREFIX + "verdict"
@@ -45,35 +44,6 @@ def ui_experiment_link(tracking_uri: str, experiment_id: str) -> str:
     return f"{ui_command(tracking_uri)}, then http://127.0.0.1:5000/{path}"
 
 
-def log_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str) -> list[str]:
-    """One MLflow run per cell of the card (kind ``card``), in the reruns' experiment, nested
-    under the sweep they came from, with the cell's card as JSON, Markdown, HTML and PNG
-    artifacts, the card's Markdown as the run's description, and the verdict, U, N and k as
-    tags and metrics (so the runs table shows verdicts). A cell whose card (same reruns, same
-    options) is already logged as a card run reuses that run. All runs of one computation share
-    the tag ``recipe_audit.card_id``. Returns the run ids."""
-    # (the sweep's callback has tagged its reruns pass/fail at the sweep's bars as each job ended)
-    return [c.run_id for c in log_cell_card_runs(doc, tracking_uri, experiment, tag_reruns=False)]
-
-
-def json_cell_groups(doc: dict[str, Any]) -> dict[tuple, list[dict[str, Any]]]:
-    """The entries of a card's JSON grouped by cell (``RecipeCard.cell_groups``), as JSON."""
-    out: dict[tuple, list[dict[str, Any]]] = {}
-    for typed, e in zip(RecipeCard.from_json(doc).cells, doc["cells"], strict=True):
-        out.setdefault(typed.cell_key, []).append(e)
-    return out
-
-
-def cell_documents(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The card of each cell of ``doc`` (all its τ), sealed: what one card run holds."""
-    out = []
-    for entries in json_cell_groups(doc).values():
-        cell_doc = {k: v for k, v in doc.items() if k not in ("split_audit", "responsiveness", "shift")}
-        cell_doc["cells"] = entries  # the split audit and the shift table are about the other cells too
-        out.append(seal(copy.deepcopy(cell_doc)))
-    return out
-
-
 @dataclass(frozen=True)
 class LoggedCard:
     """One cell's card run: its id, the digest of the ``card.json`` in it, and whether an
@@ -84,25 +54,25 @@ class LoggedCard:
     reused: bool = False
 
 
-def card_key(cell_doc: dict[str, Any]) -> str:
+def card_key(card: RecipeCard) -> str:
     """What makes two card runs the same card: the card format, the options, and per entry its
     cell, τ and the digest of its reruns (16 hex digits). Two computations over the same reruns
     with the same options give the same key, whenever and however they were asked."""
     from recipe_audit.cards.digest import canonical_json
 
-    ident = {"schema": cell_doc.get("schema_version"), "software": (cell_doc.get("software") or {}).get("recipe_audit"),
-             "options": cell_doc["options"],
-             "cells": [[e["recipe_id"], sorted(e["group"].items()), e["audit_set"], e["metric"], float(e["tau"]),
-                        e["digest"]] for e in cell_doc["cells"]]}
+    ident = {"schema": card.schema_version, "software": card.software.get("recipe_audit"),
+             "options": thaw(card.options),
+             "cells": [[e.recipe_id, sorted(e.group.items()), e.audit_set, e.metric, float(e.tau), e.digest]
+                       for e in card.cells]}
     return hashlib.sha256(canonical_json(ident)).hexdigest()[:16]
 
 
-def card_run_name(cell_doc: dict[str, Any], key: str, attached_to: str | None = None) -> str:
+def card_run_name(card: RecipeCard, key: str, attached_to: str | None = None) -> str:
     """``card · <recipe> · <audit set> · τ 0.7, 0.8 · <key[:8]>`` (and ``· attached to
     <model>/<version>``): unique per card, readable in the runs table."""
-    e0 = cell_doc["cells"][0]
-    taus = ", ".join(f"{e['tau']:g}" for e in cell_doc["cells"])
-    name = f"card · {e0['label']} · {e0['audit_set'] or e0['metric']} · τ {taus} · {key[:8]}"
+    e0 = card.cells[0]
+    taus = ", ".join(f"{e.tau:g}" for e in card.cells)
+    name = f"card · {e0.label} · {e0.audit_set or e0.metric} · τ {taus} · {key[:8]}"
     return name + (f" · attached to {attached_to}" if attached_to else "")
 
 
@@ -129,10 +99,22 @@ def card_description(markdown: str, html_name: str = "card.html") -> str:
     return (out + note)[:MAX_RUN_DESCRIPTION]
 
 
-def _reusable(client, tracking_uri: str, experiment_id: str, key: str,
-              attached_to: str | None) -> LoggedCard | None:
-    """A finished card run of ``key`` (attached to ``attached_to``, or to nothing) whose card
-    still matches its own digest and files, or None."""
+def card_experiment(tracking_uri: str, experiment: str):
+    """An ``MlflowClient`` of ``tracking_uri`` and the id of ``experiment``, where card runs are
+    logged; ``CardError`` when there is no such experiment."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise CardError(f"No experiment named '{experiment}' to log the card in.")
+    return client, exp.experiment_id
+
+
+def find_card_run(client, tracking_uri: str, experiment_id: str, key: str,
+                  attached_to: str | None) -> LoggedCard | None:
+    """A finished card run of ``key`` (:func:`card_key`; attached to ``attached_to``, or to
+    nothing) whose card still matches its own digest and files, or None."""
     from recipe_audit.cards.verify import self_check
     from recipe_audit.store.card_files import read_card
 
@@ -154,90 +136,72 @@ def _reusable(client, tracking_uri: str, experiment_id: str, key: str,
     return None
 
 
-def log_cell_card_runs(doc: dict[str, Any], tracking_uri: str, experiment: str, *, reuse: bool = True,
-                       attached_to: str | None = None, tag_reruns: bool = True) -> list[LoggedCard]:
-    """:func:`log_card_runs`, one :class:`LoggedCard` per cell. With ``reuse``, a cell whose card
-    (:func:`card_key`) is already logged, in a finished card run attached to the same
-    ``attached_to`` (``<model>/<version>``, or nothing), reuses that run; ``attached_to`` also
-    tags new runs (``recipe_audit.attached_to``) and names them. With ``tag_reruns``, each rerun of a
-    new card run is tagged pass/fail at each τ of its card (:func:`tag_reruns_at_bars`)."""
+def log_card_run(client, experiment_id: str, card: RecipeCard, rendered: RenderedCard, *, key: str,
+                 card_id: str, attached_to: str | None = None) -> LoggedCard:
+    """One card run (kind ``card``) in ``experiment_id`` for the cell card ``card`` (one cell, all
+    its τ: :func:`recipe_audit.cards.files.cell_cards`), nested under the sweep it came from, with
+    the files of ``rendered`` (its rendering) as artifacts, the card's Markdown as the run's
+    description, and the verdict, U, N and k as tags and metrics (so the runs table shows
+    verdicts). ``key``: its :func:`card_key`; ``card_id``: the tag shared by the card runs of one
+    computation; ``attached_to`` (``<model>/<version>``) tags and names the run."""
     from mlflow.entities import Metric, RunTag
-    from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        raise CardError(f"No experiment named '{experiment}' to log the card in.")
-    card_id = doc["digest"][:12]
-    out = []
-    import time
-
-    for cell_doc in cell_documents(doc):
-        entries = cell_doc["cells"]
-        e0 = entries[0]
-        key = card_key(cell_doc)
-        if reuse:
-            found = _reusable(client, tracking_uri, exp.experiment_id, key, attached_to)
-            if found is not None:
-                out.append(found)
-                continue
-        tags = {keys.TAG_KIND: keys.KIND_CARD, TAG_CARD_ID: card_id, TAG_CARD_KEY: key, TAG_VERDICT: e0["verdict"],
-                keys.PREFIX + "audit_set": str(e0["audit_set"] or e0["metric"]), keys.PREFIX + "metric": e0["metric"],
-                keys.PREFIX + "tau": f"{e0['tau']:g}"}
-        if attached_to:
-            tags[TAG_ATTACHED_TO] = attached_to
-        if e0["recipe_id"]:
-            tags[keys.TAG_RECIPE_ID] = e0["recipe_id"]
-        if len(e0["sweep_run_ids"]) == 1:
-            tags[keys.TAG_PARENT] = e0["sweep_run_ids"][0]
-            tags[keys.TAG_SWEEP_RUN_ID] = e0["sweep_run_ids"][0]
-        for k, v in e0["group"].items():
-            tags[keys.PREFIX + "group." + k] = str(v)
-        run = client.create_run(exp.experiment_id, run_name=card_run_name(cell_doc, key, attached_to), tags=tags)
-        rid = run.info.run_id
-        try:
-            now = int(time.time() * 1000)
-            metrics, more_tags = [], []
-            for e in entries:
-                sfx = "" if e is e0 else f"/tau_{e['tau']:g}"
-                more_tags.append(RunTag(TAG_VERDICT + sfx, e["verdict"]))
-                for name in ("upper_bound", "lower_bound", "n_reruns", "n_failures"):
-                    if e[name] is not None:
-                        metrics.append(Metric(name + sfx, float(e[name]), now, 0))
-            with tempfile.TemporaryDirectory() as tmp:
-                files = render_files(cell_doc, Path(tmp))
-                digest = json.loads(files["json"].read_text(encoding="utf-8"))["digest"]
-                description = card_description(files["markdown"].read_text(encoding="utf-8"), files["html"].name)
-                more_tags += [RunTag("mlflow.note.content", description), RunTag(TAG_CARD_DIGEST, digest)]
-                client.log_batch(rid, metrics=metrics, tags=more_tags)
-                client.log_artifacts(rid, tmp)
-            client.set_terminated(rid, "FINISHED")
-        except Exception:
-            client.set_terminated(rid, "FAILED")
-            raise
-        out.append(LoggedCard(rid, digest))
-        if tag_reruns:
-            tag_reruns_at_bars(client, entries, exp.experiment_id)
-    return out
+    entries = card.cells
+    e0 = entries[0]
+    tags = {keys.TAG_KIND: keys.KIND_CARD, TAG_CARD_ID: card_id, TAG_CARD_KEY: key, TAG_VERDICT: e0.verdict,
+            keys.PREFIX + "audit_set": str(e0.audit_set or e0.metric), keys.PREFIX + "metric": e0.metric,
+            keys.PREFIX + "tau": f"{e0.tau:g}"}
+    if attached_to:
+        tags[TAG_ATTACHED_TO] = attached_to
+    if e0.recipe_id:
+        tags[keys.TAG_RECIPE_ID] = e0.recipe_id
+    if len(e0.sweep_run_ids) == 1:
+        tags[keys.TAG_PARENT] = e0.sweep_run_ids[0]
+        tags[keys.TAG_SWEEP_RUN_ID] = e0.sweep_run_ids[0]
+    for k, v in e0.group.items():
+        tags[keys.PREFIX + "group." + k] = str(v)
+    run = client.create_run(experiment_id, run_name=card_run_name(card, key, attached_to), tags=tags)
+    rid = run.info.run_id
+    try:
+        now = int(time.time() * 1000)
+        metrics, more_tags = [], []
+        for e in entries:
+            sfx = "" if e is e0 else f"/tau_{e.tau:g}"
+            more_tags.append(RunTag(TAG_VERDICT + sfx, e.verdict))
+            for name in ("upper_bound", "lower_bound", "n_reruns", "n_failures"):
+                if getattr(e, name) is not None:
+                    metrics.append(Metric(name + sfx, float(getattr(e, name)), now, 0))
+        description = card_description(rendered.text("markdown"), rendered.kinds["html"])
+        more_tags += [RunTag("mlflow.note.content", description), RunTag(TAG_CARD_DIGEST, rendered.digest)]
+        client.log_batch(rid, metrics=metrics, tags=more_tags)
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, data in rendered.files.items():
+                (Path(tmp) / name).write_bytes(data)
+            client.log_artifacts(rid, tmp)
+        client.set_terminated(rid, "FINISHED")
+    except Exception:
+        client.set_terminated(rid, "FAILED")
+        raise
+    return LoggedCard(rid, rendered.digest)
 
 
-def rerun_bar_tags(entries: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+def rerun_bar_tags(entries: list[CardEntry]) -> dict[str, dict[str, str]]:
     """Per rerun (run id) of one cell, ``recipe_audit.fails.<metric>.tau_<τ>`` = ``true``/``false``
     (:func:`recipe_audit.keys.fails_tag`, the name the sweep writes too) for each τ of the card: the
     rerun's own result against the bar (one that did not finish, or has no value, fails every bar,
     as the card counts it)."""
     out: dict[str, dict[str, str]] = {}
     for e in entries:
-        for r in e["reruns"]:
-            if not r["run_id"]:
+        for r in e.reruns:
+            if not r.run_id:
                 continue
-            v = r["value"] if r["status"] == "FINISHED" else None
-            fails = v is None or (v < e["tau"] if e["higher_is_better"] else v > e["tau"])
-            out.setdefault(r["run_id"], {})[keys.fails_tag(e["metric"], e["tau"])] = str(fails).lower()
+            v = r.value if r.status == "FINISHED" else None
+            fails = v is None or (v < e.tau if e.higher_is_better else v > e.tau)
+            out.setdefault(r.run_id, {})[keys.fails_tag(e.metric, e.tau)] = str(fails).lower()
     return out
 
 
-def tag_reruns_at_bars(client, entries: list[dict[str, Any]], experiment_id: str | None = None) -> None:
+def tag_reruns_at_bars(client, entries: list[CardEntry], experiment_id: str | None = None) -> None:
     """Tag each rerun of a logged card pass/fail at each τ of the card (:func:`rerun_bar_tags`), so
     a search such as ``tags.`recipe_audit.fails.accuracy/calibration.tau_0.8` = 'true'`` lists the
     failures. A rerun already recorded as failing a bar (by its sweep as it ended, or by an earlier

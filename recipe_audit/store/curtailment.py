@@ -11,7 +11,7 @@ from typing import Any
 
 from recipe_audit import keys
 
-__all__ = ["RECORD_FILE", "publish", "read_curtailment_records"]
+__all__ = ["RECORD_FILE", "curtailment_records", "publish"]
 
 RECORD_FILE = "recipe_audit_curtailment.json"
 _MAX_TAG = 7900  # MLflow refuses tag values above 8,000 characters
@@ -30,29 +30,34 @@ def publish(tracking_uri: str, parent_run_id: str, record_json: str, summary: st
         client.set_tag(parent_run_id, k, v)
 
 
-def read_curtailment_records(tracking_uri: str | None, parent_run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The curtailment record of each sweep parent run that has one; a run that cannot be read,
-    or a record that cannot be understood, is left out (its cells are carded as usual)."""
-    if not parent_run_ids:
-        return {}
-    import mlflow.artifacts
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
+def curtailment_records(tracking_uri: str | None, tags: dict[str, str],
+                        parent_run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The curtailment record of each of ``parent_run_ids`` that has one, from ``tags`` (parent
+    run id -> its curtailment tag, as :func:`recipe_audit.store.read.read_runs` read them with the
+    runs: ``frame.attrs["curtailment"]``); a record kept as an artifact (a long one) is downloaded.
+    A record that cannot be read or understood is left out (its cells are carded as usual)."""
     out: dict[str, dict[str, Any]] = {}
     for pid in sorted(set(parent_run_ids)):
+        tag = tags.get(pid)
+        if not tag:
+            continue
         try:
-            tag = client.get_run(pid).data.tags.get(keys.TAG_CURTAILMENT)
-            if not tag:
-                continue
             if tag.startswith(keys.CURTAILMENT_ARTIFACT_PREFIX):
-                with tempfile.TemporaryDirectory() as tmp:
-                    path = mlflow.artifacts.download_artifacts(
-                        run_id=pid, artifact_path=tag[len(keys.CURTAILMENT_ARTIFACT_PREFIX):], dst_path=tmp,
-                        tracking_uri=tracking_uri)
-                    tag = Path(path).read_text(encoding="utf-8")
+                tag = _download_record(tracking_uri, pid, tag[len(keys.CURTAILMENT_ARTIFACT_PREFIX):])
             out[pid] = json.loads(tag)
-        except (MlflowException, OSError, ValueError):
+        except (OSError, ValueError):
             continue
     return out
+
+
+def _download_record(tracking_uri: str | None, run_id: str, artifact_path: str) -> str:
+    import mlflow.artifacts
+    from mlflow.exceptions import MlflowException
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=artifact_path, dst_path=tmp,
+                                                       tracking_uri=tracking_uri)
+        except MlflowException as exc:
+            raise OSError(str(exc)) from None
+        return Path(path).read_text(encoding="utf-8")

@@ -156,6 +156,9 @@ def read_history(tracking_uri: str, experiment: str, metric: str, *, seed_key: s
         if recorded in ("true", "false"):
             directions[p] = recorded == "true"
     sweep_ids = {p: by_id[p].data.tags.get(keys.TAG_SWEEP_ID) if p in by_id else None for p in parents}
+    # the sweeps' curtailment records, read with the runs (recipe_audit.store.curtailment.curtailment_records)
+    frame.attrs["curtailment"] = {p: by_id[p].data.tags[keys.TAG_CURTAILMENT] for p in parents
+                                  if p in by_id and by_id[p].data.tags.get(keys.TAG_CURTAILMENT)}
     return History(frame, rewrites, directions, sweep_ids)
 
 

@@ -41,8 +41,9 @@ class RawRuns:
     ``end_time`` (object) and one array per requested key, named ``tags.X`` / ``params.X`` /
     ``attributes.X`` (object, None when absent) or ``metrics.X`` (float, NaN when absent or logged
     as NaN, +/-inf for +/-DBL_MAX) with ``logged.X`` (bool: was metric X logged at all).
-    ``parents`` maps a parent run id to its (sweep id, planned seeds) tag values and ``errors`` a run
-    id to its error tag (runs that did not finish only). ``keys_of(kind, run_ids)`` gives the
+    ``parents`` maps a parent run id to its (sweep id, planned seeds) tag values, ``curtailment`` a
+    parent run id to its curtailment tag (those that have one) and ``errors`` a run id to its error
+    tag (runs that did not finish only). ``keys_of(kind, run_ids)`` gives the
     ``kind`` keys (``metrics``, ``params``, ``tags``) some of ``run_ids`` have, for messages only
     (the client paths kept them while reading; the SQL path asks the database then).
     """
@@ -50,6 +51,7 @@ class RawRuns:
     experiment_id: str
     columns: dict[str, np.ndarray]
     parents: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    curtailment: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     keys_of: Callable[[str, list[str]], Iterable[str]] = lambda _kind, _run_ids: ()
 

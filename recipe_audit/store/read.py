@@ -190,8 +190,11 @@ def read_runs(
         column per group_by and extra key (float for ``metrics.X``, else object). Absent values
         are None in object columns. MLflow's SQL stores write +/-inf as +/-DBL_MAX; both read back
         as +/-inf. ``frame.attrs`` holds ``experiment``, ``experiment_id``, ``uri`` (password
-        removed), ``metric_keys``, ``seed_key``, ``group_by``, ``extra_keys`` and ``path`` (the
-        path that read it: ``"sql"``, ``"rest"`` or ``"client"``).
+        removed), ``metric_keys``, ``seed_key``, ``group_by``, ``extra_keys``, ``path`` (the
+        path that read it: ``"sql"``, ``"rest"`` or ``"client"``), ``unlogged`` (metric key ->
+        the sentence ``require_metrics`` raises, for each metric no selected run logged) and
+        ``curtailment`` (the sweep parent runs' curtailment tags, by parent run id, for
+        :func:`recipe_audit.store.curtailment.curtailment_records`).
 
     Raises:
         QueryError: unknown or deleted experiment, an experiment without runs, no run of the
@@ -302,12 +305,15 @@ def _frame(
         return cols[name][idx]
 
     run_ids = take("run_id")
-    for name in metric_names if require_metrics else ():
+    unlogged: dict[str, str] = {}
+    for name in metric_names:
         if not take(f"logged.{name}").any():
             # the metrics of the runs a card would read (the user's), not every run's of the experiment
             existing = _keys_of_runs(raw, "metrics", run_ids.tolist())
             have = f"; metrics logged there: {_listing(existing)}" if existing else "; no run there logged any metric"
-            raise QueryError(f"No run in experiment {experiment!r} has the metric {name!r}{have}.")
+            unlogged[name] = f"No run in experiment {experiment!r} has the metric {name!r}{have}."
+            if require_metrics:
+                raise QueryError(unlogged[name])
 
     if seed.kind == "metrics":
         seeds = objects(
@@ -366,7 +372,9 @@ def _frame(
         if k.text not in out:
             values = take(f"{k.kind}.{k.name}")
             out[k.text] = values if k.kind == "metrics" else obj(values)
-    return pd.DataFrame(out)
+    frame = pd.DataFrame(out)
+    frame.attrs.update(unlogged=unlogged, curtailment=dict(raw.curtailment))
+    return frame
 
 
 def _seed_candidates(raw: RawRuns, seed: _Key, run_ids: list[str]) -> str:

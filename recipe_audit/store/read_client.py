@@ -129,6 +129,8 @@ def _raw_from_runs(
             except MlflowException:
                 ptags = {}
         raw.parents[pid] = (ptags.get(keys.TAG_SWEEP_ID), ptags.get(keys.TAG_PLANNED_SEEDS))
+        if ptags.get(keys.TAG_CURTAILMENT):
+            raw.curtailment[pid] = ptags[keys.TAG_CURTAILMENT]
     by_kind = {"metrics": metrics, "params": params, "tags": tags}
 
     def keys_of(kind: str, run_ids: list[str]) -> set[str]:

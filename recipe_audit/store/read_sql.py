@@ -173,7 +173,7 @@ def read_sql(
                 for i in nameless:
                     names[i] = found_names.get(run_ids[i], names[i])
             parent_ids = sorted({p for p in raw.columns[f"tags.{keys.TAG_PARENT}"].tolist() if p})
-            raw.parents = _sql_parents(conn, t, parent_ids)
+            raw.parents, raw.curtailment = _sql_parents(conn, t, parent_ids)
     except QueryError:
         raise
     except (sa.exc.SQLAlchemyError, sqlite3.Error) as exc:
@@ -382,20 +382,22 @@ def _sql_tag_values(conn: Any, t: dict[str, Any], run_ids: Sequence[str], key: s
 
 def _sql_parents(
     conn: Any, t: dict[str, Any], parent_ids: Sequence[str]
-) -> dict[str, tuple[str | None, str | None]]:
-    """(sweep id, planned seeds) tag values of the parent runs, whatever experiment they are in."""
+) -> tuple[dict[str, tuple[str | None, str | None]], dict[str, str]]:
+    """(sweep id, planned seeds) tag values of the parent runs, whatever experiment they are in,
+    and the curtailment tag of those that have one."""
     import sqlalchemy as sa
 
     tags = t["tags"]
     found: dict[str, dict[str, Any]] = {p: {} for p in parent_ids}
     for i in range(0, len(parent_ids), _ID_CHUNK):
         stmt = sa.select(tags.c.run_uuid, tags.c.key, tags.c.value).where(
-            tags.c.key.in_([keys.TAG_SWEEP_ID, keys.TAG_PLANNED_SEEDS]),
+            tags.c.key.in_([keys.TAG_SWEEP_ID, keys.TAG_PLANNED_SEEDS, keys.TAG_CURTAILMENT]),
             tags.c.run_uuid.in_(list(parent_ids[i : i + _ID_CHUNK])),
         )
         for rid, key, value in conn.execute(stmt):
             found[rid][key] = value
-    return {p: (d.get(keys.TAG_SWEEP_ID), d.get(keys.TAG_PLANNED_SEEDS)) for p, d in found.items()}
+    parents = {p: (d.get(keys.TAG_SWEEP_ID), d.get(keys.TAG_PLANNED_SEEDS)) for p, d in found.items()}
+    return parents, {p: d[keys.TAG_CURTAILMENT] for p, d in found.items() if d.get(keys.TAG_CURTAILMENT)}
 
 
 def _keys_of_runs(uri: str, kind: str, run_ids: list[str]) -> set[str]:

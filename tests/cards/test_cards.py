@@ -9,10 +9,11 @@ import pytest
 from helpers.store import synthetic_sweep
 from scipy import stats as sps
 
+from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.files import render_files, validate
 from recipe_audit.cards.model import CardError, CardOptions
+from recipe_audit.release.card_runs import CardOutput
 from recipe_audit.release.compute import CardRequest, compute_cards
-from recipe_audit.store.cards import log_card_runs
 
 # 59 seeds: 52 in the working mode, 7 collapsed to the majority rate
 BIMODAL = {s: (0.85 + 0.001 * s if s % 8 else 0.5) for s in range(59)}
@@ -127,7 +128,8 @@ def test_files_are_whole_and_valid(store, tmp_path):
 def test_card_runs_in_mlflow(store):
     parent = synthetic_sweep(store, BIMODAL)
     doc = _card(store, opts=CardOptions(taus=(0.7, 0.8)))
-    (rid,) = log_card_runs(doc, store, "exp")
+    (logged,) = CardOutput(RecipeCard.from_json(doc)).log(store, "exp", tag_reruns=False)
+    rid = logged.run_id
     from mlflow.tracking import MlflowClient
 
     run = MlflowClient(tracking_uri=store).get_run(rid)

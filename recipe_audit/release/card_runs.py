@@ -1,0 +1,56 @@
+"""The one path from a computed card to its files and its card runs: each file is rendered once
+(:func:`recipe_audit.cards.files.render_card`), and the same bytes are written to a folder and
+logged to MLflow (:mod:`recipe_audit.store.cards`, which renders nothing).
+
+The end of a sweep (:func:`recipe_audit.release.sweep.cards_for_sweep`), ``recipe-audit card
+--out/--log-run`` and ``recipe-audit attach`` all go through :class:`CardOutput`: the card's own
+folder and the card run of each of its cells share one drawing of each plot (:class:`Plots`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recipe_audit.cards.document import RecipeCard
+from recipe_audit.cards.files import Plots, cell_cards, render_card, write_files
+from recipe_audit.store import cards as card_store
+from recipe_audit.store.cards import LoggedCard
+
+
+class CardOutput:
+    """The outputs of one computed card: its folder (:meth:`write`) and its card runs
+    (:meth:`log`), every plot drawn once for both."""
+
+    def __init__(self, card: RecipeCard) -> None:
+        self.card = card
+        self.plots = Plots()
+
+    def write(self, out_dir: Path, stem: str = "card") -> dict[str, Path]:
+        """The card's files in ``out_dir`` (``<stem>.json``, ``.md``, ``.html``, the plots), by kind."""
+        return write_files(render_card(self.card, stem, self.plots), out_dir)
+
+    def log(self, tracking_uri: str, experiment: str, *, reuse: bool = True, attached_to: str | None = None,
+            tag_reruns: bool = True) -> list[LoggedCard]:
+        """One card run per cell of the card (:func:`recipe_audit.cards.files.cell_cards`), in
+        ``experiment``, one :class:`LoggedCard` per cell in card order. With ``reuse``, a cell
+        whose card (:func:`~recipe_audit.store.cards.card_key`) is already logged, in a finished
+        card run attached to the same ``attached_to`` (``<model>/<version>``, or nothing), reuses
+        that run (nothing is rendered for it); ``attached_to`` also tags and names new runs. With
+        ``tag_reruns``, each rerun of a new card run is tagged pass/fail at each τ of its card
+        (:func:`~recipe_audit.store.cards.tag_reruns_at_bars`). All runs of one computation share
+        the tag ``recipe_audit.card_id``."""
+        client, experiment_id = card_store.card_experiment(tracking_uri, experiment)
+        card_id = self.card.digest[:12]
+        out = []
+        for cell in cell_cards(self.card):
+            key = card_store.card_key(cell)
+            found = card_store.find_card_run(client, tracking_uri, experiment_id, key, attached_to) if reuse else None
+            if found is not None:
+                out.append(found)
+                continue
+            rendered = render_card(cell, "card", self.plots)
+            out.append(card_store.log_card_run(client, experiment_id, cell, rendered, key=key, card_id=card_id,
+                                               attached_to=attached_to))
+            if tag_reruns:
+                card_store.tag_reruns_at_bars(client, list(cell.cells), experiment_id)
+        return out

@@ -1,0 +1,115 @@
+"""The one card path (issue 29, 'the store is a door'): a card computation reads the store's runs
+once, each plot is drawn once for the card's folder and its card runs, and the card runs hold the
+very bytes that were rendered."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from helpers.store import synthetic_sweep
+
+from recipe_audit import keys
+from recipe_audit.cards import files as card_files
+from recipe_audit.cards.model import CardOptions
+from recipe_audit.release import card_runs, compute
+from recipe_audit.release.card_runs import CardOutput
+from recipe_audit.release.sweep import cards_for_sweep
+from recipe_audit.store import read, read_sql
+
+BIMODAL = {s: (0.5 if s % 7 == 3 else 0.86 + 0.001 * s) for s in range(30)}
+
+
+class Spy:
+    """Counts the calls of ``owner.name`` (the original still runs)."""
+
+    def __init__(self, monkeypatch, owner, name: str) -> None:
+        self.calls = 0
+        real = getattr(owner, name)
+
+        def spy(*args, **kwargs):
+            self.calls += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, spy)
+
+
+def _two_recipes(uri: str) -> tuple[str, str]:
+    a = synthetic_sweep(uri, BIMODAL, recipe_id="a" * 16, sweep_id="swa")
+    b = synthetic_sweep(uri, {s: 0.9 for s in range(30)}, recipe_id="b" * 16, sweep_id="swb")
+    return a, b
+
+
+def test_one_card_reads_the_runs_once_and_the_curtailment_record_with_them(store, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    parent, _ = _two_recipes(store)
+    record = {"version": 1, "sweeper": "curtail", "stop_on": "decision", "batch_size": 4,
+              "audit_set": "calibration", "taus": [0.7], "eps": 0.1, "delta": 0.1, "higher_is_better": True,
+              "n_planned": 40, "n_launched": 30, "stopped_early": True,
+              "groups": [{"overrides": [], "recipe_id": "a" * 16, "n_planned": 40, "n_launched": 30,
+                          "launched_seeds": list(range(30)), "stopped_early": True, "failures": [0],
+                          "reason": "stopped"}]}
+    MlflowClient(tracking_uri=store).set_tag(parent, keys.TAG_CURTAILMENT, json.dumps(record))
+    runs = Spy(monkeypatch, read_sql, "read_sql")
+    params = Spy(monkeypatch, read, "read_params")
+    get_run = Spy(monkeypatch, MlflowClient, "get_run")
+    card = compute.compute_card(compute.CardRequest(experiment="exp", tracking_uri=store),
+                                CardOptions(taus=(0.7, 0.8)))
+    assert (runs.calls, params.calls, get_run.calls) == (1, 1, 0)
+    curtailed = [e for e in card.cells if e.curtailment]
+    assert {e.recipe_id for e in curtailed} == {"a" * 16}  # the record, read with the runs, was applied
+    assert all(e.curtailment.n_planned == 40 for e in curtailed)
+
+
+def test_a_metric_no_run_logged_is_said_from_the_one_read(store, monkeypatch):
+    _two_recipes(store)
+    runs = Spy(monkeypatch, read_sql, "read_sql")
+    with pytest.raises(ValueError, match="has the metric 'val_loss'; metrics logged there: "):
+        compute.compute_card(compute.CardRequest(experiment="exp", tracking_uri=store, metric="val_loss"),
+                             CardOptions(taus=(0.7,)))
+    assert runs.calls == 1
+
+
+def test_end_of_sweep_draws_each_plot_once_and_logs_the_files_it_wrote(store, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    _two_recipes(store)
+    hist = Spy(monkeypatch, card_files, "histogram")
+    band = Spy(monkeypatch, card_files, "band_plot")
+    md = Spy(monkeypatch, card_files, "to_markdown")
+    runs = Spy(monkeypatch, read_sql, "read_sql")
+    sweep = SimpleNamespace(experiment_name="exp", tracking_uri=store, sweep_id=None, planned_seeds=range(30))
+    card = cards_for_sweep(sweep, "accuracy/calibration", CardOptions(taus=(0.7, 0.8)), tmp_path / "sweep")
+    n_cells = len(card.cell_groups())
+    assert n_cells == 2 and runs.calls == 1
+    # one histogram and one band per cell, shared by the sweep's card and the cell's card run;
+    # one Markdown per document (the sweep's card, each cell's card)
+    assert (hist.calls, band.calls, md.calls) == (n_cells, n_cells, 1 + n_cells)
+    client = MlflowClient(tracking_uri=store)
+    card_runs = client.search_runs([client.get_experiment_by_name("exp").experiment_id],
+                                   f"tags.`{keys.TAG_KIND}` = '{keys.KIND_CARD}'")
+    assert len(card_runs) == n_cells
+    written = {p.name: p.read_bytes() for p in (tmp_path / "sweep" / "card").iterdir()}
+    for run in card_runs:
+        local = client.download_artifacts(run.info.run_id, "", str(tmp_path / run.info.run_id))
+        logged = {p.name: p.read_bytes() for p in sorted(Path(local).iterdir())}
+        doc = json.loads(logged["card.json"])
+        assert doc["digest"] == run.data.tags["recipe_audit.card_digest"]
+        assert doc["artifacts"] == {n: hashlib.sha256(b).hexdigest() for n, b in logged.items() if n != "card.json"}
+        # the cell's plots are the sweep card's plots, byte for byte (drawn once, named per card)
+        pngs = [b for n, b in logged.items() if n.endswith(".png")]
+        assert pngs and all(b in written.values() for b in pngs)
+
+
+def test_a_reused_card_run_is_not_rendered_again(store, monkeypatch):
+    _two_recipes(store)
+    card = compute.compute_card(compute.CardRequest(experiment="exp", tracking_uri=store), CardOptions(taus=(0.7,)))
+    first = CardOutput(card).log(store, "exp")
+    rendered = Spy(monkeypatch, card_runs, "render_card")
+    again = CardOutput(card).log(store, "exp")
+    assert [c.run_id for c in again] == [c.run_id for c in first] and all(c.reused for c in again)
+    assert rendered.calls == 0 and not any(c.reused for c in first)
