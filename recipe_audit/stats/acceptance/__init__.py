@@ -19,7 +19,7 @@ Rates are pooled over items (micro averages). The four diagnostics:
 (c)   :func:`gate_c` — the parameter-space signature ``ρ_AT = |α_A| / |α_T|`` of the update;
       ``attack-targeted`` when ``ρ_AT < 0.6``, else ``shrinkage``; pass iff the signed class equals
       the claimed class. The vectors come from :func:`mechanism_signature` (gradients and
-      the update are computed elsewhere: ``recipe_audit.acceptance.mechanism``).
+      the update are computed elsewhere: ``recipe_audit.train.acceptance.weights``).
 (d)   :func:`gate_d` — cross-task transfer with installability, degeneracy, N/A and
       pass-with-caveat.
 ====  =======================================================================================
