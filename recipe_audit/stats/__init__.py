@@ -5,6 +5,9 @@
 * :mod:`.checks` — the numbers a statistic of one cell takes (counts, ε, δ), checked;
 * :mod:`.floors` — the exact sample floor ``N_min`` and the one floor search every other floor uses;
 * :mod:`.tails` — binomial tails in pure Python and the bisection over floats the bounds use;
+* :mod:`.array_checks` — the inputs of the array statistics (counts as arrays, metrics, bars), checked;
+* :mod:`.options` — the audit options, declared once (:class:`~.options.AuditOptions`) and checked
+  the same way at every door;
 * :mod:`.bounds` — one-sided exact Clopper–Pearson bounds for arrays (NumPy and SciPy);
 * :mod:`.verdicts` — the verdict strings and rules;
 * :mod:`.rules` — the comparison rules (mean, median, bootstrap, mean − 2 sd, card);
