@@ -1,14 +1,41 @@
-"""``python -m recipe_audit``: the Hydra app of :mod:`recipe_audit.app.main` (one job = one rerun).
+"""``python -m recipe_audit``: the Hydra app of :mod:`recipe_audit.app.main` (one job = one rerun),
+or a recipe-audit command when the first word names one.
 
     python -m recipe_audit                      # one rerun, seed 0
     python -m recipe_audit -m                   # the default sweep: 59 seeds
     python -m recipe_audit -m 'seed=range(10)' recipe=default,stable
     python -m recipe_audit card ...             # a recipe-audit command (recipe-audit --help)
+
+A command word is routed here, before anything of Hydra is imported: the post-hoc commands start
+as fast as ``recipe-audit`` itself, and a bare word (never a Hydra override) is not answered with
+Hydra's override-parser traceback.
 """
 
-from recipe_audit.app.main import main, run
+import sys
 
-__all__ = ["main"]
+#: The recipe-audit commands ``python -m recipe_audit`` forwards (the command line's subcommands;
+#: tests/test_cli_fast.py keeps the two lists equal, so the app need not build the parser to know).
+CLI_COMMANDS = ("bound", "card", "acceptance", "attach", "gate", "verify")
+
+__all__ = ["main", "run"]
+
+
+def main() -> None:
+    """The Hydra app (``recipe_audit.app.main.main``), its command line read from ``sys.argv``."""
+    from recipe_audit.app.main import main as app_main
+
+    app_main()
+
+
+def run() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in CLI_COMMANDS:
+        from recipe_audit.cli import main as cli_main
+
+        sys.exit(cli_main(sys.argv[1:]))
+    from recipe_audit.app.main import run as run_app
+
+    run_app()
+
 
 if __name__ == "__main__":
     run()

@@ -332,28 +332,14 @@ def main(argv: list[str] | None = None) -> int:
               "is nested like that).", file=sys.stderr)
         return 2
     except Exception as exc:
-        # the store's own errors, without importing the modules that define them (``bound``
-        # imports neither MLflow nor the tracking module): only a module that ran can have raised
-        tracking = sys.modules.get("recipe_audit.store.tracking")
-        mlflow_exc = sys.modules.get("mlflow.exceptions")
-        if (tracking is not None and isinstance(exc, tracking.TrackingError)) or (
-                mlflow_exc is not None and isinstance(exc, mlflow_exc.MlflowException)):
-            from recipe_audit.store.uris import mask_in_text
+        # the tracking store's own errors in one sentence (the store door tells them apart)
+        from recipe_audit.store.errors import store_error_sentence
 
-            print(f"recipe-audit: error: {mask_in_text(_one_line(exc))}", file=sys.stderr)
-            return 2
-        sql_exc = sys.modules.get("sqlalchemy.exc")
-        sqlite = sys.modules.get("sqlite3")
-        if (sql_exc is not None and isinstance(exc, sql_exc.SQLAlchemyError)) or (
-                sqlite is not None and isinstance(exc, sqlite.Error)):
-            # a damaged or truncated SQLite file, a database that refuses: the driver's own first line
-            from recipe_audit.store.uris import mask_in_text
-
-            cause = getattr(exc, "orig", None) or exc
-            print(f"recipe-audit: error: the tracking store could not be read ({mask_in_text(_one_line(cause))}); "
-                  "is it an MLflow store, whole and not being written?", file=sys.stderr)
-            return 2
-        raise
+        sentence = store_error_sentence(exc, _one_line)
+        if sentence is None:
+            raise
+        print(f"recipe-audit: error: {sentence}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

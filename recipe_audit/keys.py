@@ -41,7 +41,7 @@ TAG_DEVICES = PREFIX + "devices"
 TAG_DEVICES_REASON = PREFIX + "devices_reason"
 TAG_SWEEP_RUN_ID = PREFIX + "sweep_run_id"  # on a card run: the sweep parent it belongs to
 TAG_PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag
-# on the sweep parent of a curtailing sweep (recipe_audit/app/sweepers.py): the JSON record of where each
+# on the sweep parent of a curtailing sweep (recipe_audit/app/curtailing.py): the JSON record of where each
 # recipe stopped and why (or CURTAILMENT_ARTIFACT_PREFIX + the parent's artifact holding it), and
 # one line for people
 TAG_CURTAILMENT = PREFIX + "curtailment"

@@ -9,6 +9,10 @@ chance); :class:`Duplicate` says which run decided and whether the results disag
 :meth:`RerunSet.digest` is the hash a card records to be checked against the store later.
 
 This module imports neither MLflow nor SQLAlchemy: it works on a DataFrame, whatever read it.
+
+Over 400 lines, kept whole: it has one subject, which run stands for each seed. About half is
+:func:`collect_reruns`, whose docstring states those rules; :class:`RerunSet` and :class:`Duplicate`
+are what it returns.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from helpers.sweepers import Sweeper, make_sweeper
 from hydra.errors import HydraException
 
 from recipe_audit import keys, stats
-from recipe_audit.app.sweepers import RECORD_FILE
+from recipe_audit.app.curtailing import RECORD_FILE
 
 
 @pytest.fixture(autouse=True)

@@ -112,11 +112,29 @@ def test_the_command_words_python_m_forwards_are_the_clis_commands():
     build the CLI's parser at every start): it must name exactly the CLI's subcommands."""
     import argparse
 
-    from recipe_audit.app.main import _CLI_COMMANDS
+    from recipe_audit.__main__ import CLI_COMMANDS
     from recipe_audit.cli import build_parser
 
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    assert sorted(_CLI_COMMANDS) == sorted(sub.choices)
+    assert sorted(CLI_COMMANDS) == sorted(sub.choices)
+
+
+@pytest.mark.parametrize("argv", [["card", "--help"], ["bound", "-k", "0", "-n", "59"]])
+def test_a_command_word_never_imports_hydra(argv):
+    """``python -m recipe_audit card ...`` runs the command without loading Hydra or OmegaConf
+    (the routing is in ``recipe_audit/__main__.py``, before the app is imported)."""
+    import sys
+
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['recipe_audit', *{argv!r}]\n"
+            "try:\n    runpy.run_module('recipe_audit', run_name='__main__')\n"
+            "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'hydra', 'omegaconf'})\n"
+            "print('LOADED', loaded)\n")
+    proc = procs.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "LOADED []"
+    assert ("usage: recipe-audit card" if "--help" in argv else "verdict: release-supported") in proc.stdout
 
 
 def test_unfinished_is_checked_by_the_one_validator(capsys, tmp_path, monkeypatch):

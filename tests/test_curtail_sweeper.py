@@ -12,7 +12,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
 
 from recipe_audit import keys, stats
-from recipe_audit.app.sweepers import RECORD_FILE, CurtailingSweeperBase
+from recipe_audit.app.curtailing import RECORD_FILE, CurtailingSweeperBase
 
 
 @pytest.fixture(autouse=True)

@@ -44,3 +44,28 @@ def test_nothing_user_facing_cites_the_spec(folder):
                 if re.search(r"\bSPEC\b|SPEC\.md", line):
                     cited.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
     assert not cited, "cite the project's own docs instead:\n" + "\n".join(cited)
+
+
+def test_the_tests_development_md_names_exist():
+    """docs/development.md's "A room per change" names the tests that cover each change: every
+    ``tests/<file>.py`` it names exists, and so does every ``::test_name`` it names in that file
+    (``::name`` right after another one is in the same file)."""
+    import ast
+
+    text = (REPO / "docs" / "development.md").read_text()
+    table = text[text.index("## A room per change"):]
+    named = re.findall(r"`(tests/[\w/]+\.py)((?:::\w+)?)`|`::(\w+)`", table)
+    assert len(named) >= 10
+    missing, current = [], None
+    for path, test, alone in named:
+        if path:
+            current = REPO / path
+            if not current.is_file():
+                missing.append(path)
+                continue
+        name = (test or "").lstrip(":") or alone
+        if name:
+            tree = ast.parse(current.read_text())
+            if name not in {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}:
+                missing.append(f"{current.relative_to(REPO)}::{name}")
+    assert missing == []

@@ -13,6 +13,7 @@ stats -> cards -> store / registry, with one door to each framework.
   ``recipe_audit.train.acceptance``, and no Hydra (it is given typed configs);
 * ``recipe_audit.cards`` builds, renders and checks cards from data it is given: it does not read
   the store (``recipe_audit.release`` computes cards from the store, on top of both);
+* ``recipe_audit.app`` does not import the command line (``cli``, ``commands``);
 * no two modules import each other, directly or through others.
 * no module uses another's private names (``from x import _y``, ``x._y`` or a private module of
   another package): a shared helper is public; nor does it read or write another object's private
@@ -155,6 +156,16 @@ def test_the_store_is_below_release_and_app():
     app sit above it."""
     bad = [f"{name}:{line} imports {mod}" for name, found in IMPORTS.items() if _in(name, "recipe_audit.store")
            for mod, line in found if _in(mod, "recipe_audit.release", "recipe_audit.app")]
+    assert bad == []
+
+
+def test_the_app_does_not_import_the_command_line():
+    """The Hydra app and the ``recipe-audit`` commands are two doors side by side: ``python -m
+    recipe_audit card ...`` is routed in ``recipe_audit/__main__.py`` before Hydra is imported, so
+    nothing under ``app/`` (or the Hydra plugins) imports ``cli`` or ``commands/``."""
+    bad = [f"{name}:{line} imports {mod}" for name, found in IMPORTS.items()
+           if _in(name, "recipe_audit.app", "hydra_plugins")
+           for mod, line in found if _in(mod, "recipe_audit.cli", "recipe_audit.commands")]
     assert bad == []
 
 

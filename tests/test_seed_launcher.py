@@ -124,3 +124,18 @@ def test_the_projects_plugins_are_registered_without_a_plugin_scan(tmp_path):
         except ImportError:
             continue
         assert wanted <= names, wanted - names
+
+
+@pytest.mark.parametrize(("kv_sep", "item_sep", "exclude"), [("=", ",", []), (":", "__", ["seed"]),
+                                                             ("-", "/", ["recipe", "hydra.x"])])
+def test_override_dirname_is_hydras(kv_sep, item_sep, exclude):
+    """recipe_audit's override_dirname writes what Hydra's get_overrides_dirname (hydra._internal) does."""
+    from hydra._internal.config_loader_impl import get_overrides_dirname
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from recipe_audit.app.launchers import override_dirname
+
+    overrides = OverridesParser.create().parse_overrides(
+        ["seed=3", "recipe=stable", "audit.taus=[0.6,0.7]", "+x.y='a=b'", "~tracking.uri", "hydra.x=1"])
+    assert override_dirname(overrides, kv_sep=kv_sep, item_sep=item_sep, exclude_keys=exclude) == \
+        get_overrides_dirname(overrides=overrides, kv_sep=kv_sep, item_sep=item_sep, exclude_keys=exclude)

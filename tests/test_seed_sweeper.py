@@ -78,6 +78,40 @@ def test_same_jobs_order_and_batches_as_the_basic_sweeper(tmp_path, max_batch_si
     assert (tmp_path / "sweep" / "multirun.yaml").is_file()
 
 
+@pytest.mark.parametrize("max_batch_size", [None, 1, 3, 100])
+@pytest.mark.parametrize("arguments", [
+    [], ["seed=0"], ["seed=range(4)", "recipe=default,stable"], ["seed=1,2", "seed=range(3)", "+x=a,b"],
+    ["recipe=glob(*)", "task=sentiment", "audit.taus=[0.6,0.7]"], ["seed=choice(3,1,2)", "~tracking.uri"],
+    ["lr=range(0.1,0.3,0.1)", "a.b='x,y'", "seed=sort(3,1,2)"],
+])
+def test_sweep_batches_are_the_basic_sweepers(arguments, max_batch_size):
+    """recipe_audit's sweep_batches (public Override API) makes the jobs and batches of Hydra's
+    BasicSweeper.split_arguments (hydra._internal), including a key given twice."""
+    from recipe_audit.app.sweepers import sweep_batches
+
+    overrides = OverridesParser.create().parse_overrides(arguments)
+    if "recipe=glob(*)" in arguments:  # a glob needs the config loader's options: both refuse alike
+        with pytest.raises(Exception) as theirs:
+            BasicSweeper.split_arguments(overrides, max_batch_size)
+        with pytest.raises(type(theirs.value)):
+            sweep_batches(overrides, max_batch_size)
+        return
+    assert sweep_batches(overrides, max_batch_size) == _basic_batches(arguments, max_batch_size)
+
+
+def test_an_interval_sweep_is_refused_in_hydras_words():
+    from hydra.errors import HydraException
+
+    from recipe_audit.app.sweepers import sweep_batches
+
+    overrides = OverridesParser.create().parse_overrides(["lr=interval(0,1)"])
+    with pytest.raises(HydraException) as theirs:
+        BasicSweeper.split_arguments(overrides, None)
+    with pytest.raises(HydraException) as ours:
+        sweep_batches(overrides, None)
+    assert str(ours.value) == str(theirs.value)
+
+
 def test_params_are_swept_when_the_command_line_has_no_seed(tmp_path):
     sw, _ = _sweeper(tmp_path, params={"seed": "range(3)"})
     sw.sweep(["recipe=stable"])

@@ -23,7 +23,7 @@ from recipe_audit.cards.model import CardOptions
 from recipe_audit.cards.render import to_markdown
 from recipe_audit.cli import main
 from recipe_audit.release.compute import CardRequest, compute_cards
-from recipe_audit.release.shift import compute_shift_cards, scored_audit_sets
+from recipe_audit.release.shift import compute_shift_card, scored_audit_sets
 from recipe_audit.store import tracking
 from recipe_audit.train import shift as S
 from recipe_audit.train.loop import AuditScore, prepare_task
@@ -99,7 +99,7 @@ def test_shift_cards_side_by_side(store, capsys, tmp_path):
                                     "entailment/calibration": 0.5})
     for s in range(22):  # B: scored on calibration only
         _rerun(store, "b" * 16, s, {"calibration": 0.9}, name="other")
-    doc = compute_shift_cards(CardRequest(experiment="exp", tracking_uri=store), CardOptions(taus=(0.7,)), AUDITS)
+    doc = compute_shift_card(CardRequest(experiment="exp", tracking_uri=store), CardOptions(taus=(0.7,)), AUDITS).to_json()
     validate(doc)
     rows = {r["recipe_id"]: r for r in doc["shift"]["rows"]}
     got = {rid: [(a["audit_set"], a["shift"], a["verdict"]) for a in r["audits"]] for rid, r in rows.items()}
@@ -247,8 +247,8 @@ def test_shift_on_real_reruns(tmp_path, store):
                     "+audit.extra_task_options.n_train=10", f"hydra.sweep.dir={tmp_path}/sweep"],
                    cwd=tmp_path, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = compute_shift_cards(CardRequest(experiment="recipe_audit", tracking_uri=store), CardOptions(taus=(0.7,)),
-                              scored_audit_sets(CardRequest(experiment="recipe_audit", tracking_uri=store)))
+    doc = compute_shift_card(CardRequest(experiment="recipe_audit", tracking_uri=store), CardOptions(taus=(0.7,)),
+                             scored_audit_sets(CardRequest(experiment="recipe_audit", tracking_uri=store))).to_json()
     (row,) = doc["shift"]["rows"]
     v = {a["audit_set"]: a for a in row["audits"]}
     assert list(v) == AUDITS[:1] + ["shift_restaurants", "shift_gadgets", "entailment/calibration",

@@ -8,8 +8,9 @@ on optional Hydra plugins exist when those are installed (the ``parallel`` and `
 from __future__ import annotations
 
 from recipe_audit.app import parallel, tolerant_submitit
+from recipe_audit.app.curtailing import CurtailingSweeperBase
 from recipe_audit.app.launchers import SeedLauncherBase
-from recipe_audit.app.sweepers import CurtailingSweeperBase, SeedSweeperBase
+from recipe_audit.app.sweepers import SeedSweeperBase
 
 
 class SeedSweeper(SeedSweeperBase):

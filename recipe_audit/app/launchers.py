@@ -24,6 +24,7 @@ from functools import cache
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, open_dict
@@ -109,8 +110,6 @@ class SeedLauncherBase(Launcher):
                 at: int) -> DictConfig:
         """``template`` (the composed job ``template_overrides``) with this job's seed: the seed
         value, the task overrides and ``hydra.job.override_dirname``, as Hydra composes them."""
-        from hydra._internal.config_loader_impl import get_overrides_dirname
-
         cfg = copy.deepcopy(template)
         old, new = template_overrides[at], overrides[at]
         task = list(cfg.hydra.overrides.task)
@@ -118,10 +117,19 @@ class SeedLauncherBase(Launcher):
         cfg[SEED] = plain_int_seed(new)
         cfg.hydra.overrides.task = task
         dirname = cfg.hydra.job.config.override_dirname
-        cfg.hydra.job.override_dirname = get_overrides_dirname(
-            overrides=_parser().parse_overrides(task), kv_sep=dirname.kv_sep, item_sep=dirname.item_sep,
+        cfg.hydra.job.override_dirname = override_dirname(
+            _parser().parse_overrides(task), kv_sep=dirname.kv_sep, item_sep=dirname.item_sep,
             exclude_keys=dirname.exclude_keys)
         return cfg
+
+
+def override_dirname(overrides: Sequence[Override], *, kv_sep: str, item_sep: str,
+                     exclude_keys: Sequence[str]) -> str:
+    """``hydra.job.override_dirname`` as Hydra's config loader writes it (its own function is in
+    ``hydra._internal``): the overrides whose key is not excluded, as typed, sorted, joined by
+    ``item_sep``, each ``=`` written as ``kv_sep``."""
+    lines = sorted(o.input_line for o in overrides if o.key_or_group not in exclude_keys)
+    return item_sep.join(lines).replace("=", kv_sep)
 
 
 # ----------------------------------------------------------------------------------------------

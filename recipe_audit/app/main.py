@@ -211,8 +211,7 @@ def _attach_rerun(audit_names, cfg):
         logger = tracking.RerunLogger.attach(store, rerun.run_id, rerun.artifact_uri)
         if audit_names:
             rerun.tags[keys.TAG_AUDIT_SETS] = ",".join(audit_names)  # written when the callback closes the run
-        if "torch" in sys.modules:  # the threads it trained on (threads=auto: the sweep's decision)
-            rerun.tags[keys.TAG_THREADS] = str(sys.modules["torch"].get_num_threads())
+        rerun.tags[keys.TAG_THREADS] = str(threads.in_use())  # threads=auto: the sweep's decision
         logger.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     except tracking.TrackingError as exc:
         _fail(str(exc), exc)
@@ -281,17 +280,9 @@ def _refuse_unconnected_processes() -> None:
             sys.exit(2)
 
 
-_CLI_COMMANDS = ("bound", "card", "acceptance", "attach", "gate", "verify")
-
-
 def run() -> None:
-    """``python -m recipe_audit``: a recipe-audit command word (``card``, ``bound``, ...) runs
-    that command; anything else is the Hydra app."""
-    if len(sys.argv) > 1 and sys.argv[1] in _CLI_COMMANDS:
-        # a bare word is never a Hydra override, which Hydra would answer with a parser traceback
-        from recipe_audit.cli import main as cli_main
-
-        sys.exit(cli_main(sys.argv[1:]))
+    """The Hydra app as ``python -m recipe_audit`` starts it (:mod:`recipe_audit.__main__` sends a
+    recipe-audit command word to the command line instead, without loading Hydra)."""
     _refuse_unconnected_processes()
     _freeze_setup()
     main()

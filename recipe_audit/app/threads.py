@@ -257,3 +257,10 @@ def apply(value: Any) -> int:
         if torch.get_num_threads() != n:
             torch.set_num_threads(n)
     return n
+
+
+def in_use() -> int:
+    """The torch threads this process trains on now: what :func:`apply` set, or torch's own choice."""
+    import torch
+
+    return torch.get_num_threads()

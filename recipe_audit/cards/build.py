@@ -147,11 +147,6 @@ def software_versions(packages: Sequence[str] = RECIPE_CARD_PACKAGES) -> dict[st
     return out
 
 
-def build_document(cells: Sequence[Cell], opts: CardOptions, source: dict[str, Any]) -> dict[str, Any]:
-    """The JSON of :func:`build_card` (``RecipeCard.to_json()``): what ``card.json`` holds."""
-    return build_card(cells, opts, source).to_json()
-
-
 def build_card(cells: Sequence[Cell], opts: CardOptions, source: dict[str, Any]) -> RecipeCard:
     """The recipe card for ``cells`` × ``opts.taus``. Unfinished reruns refuse the card when
     ``opts.unfinished == "refuse"`` (raises ``CardError`` naming them). The entries are assembled

@@ -1,6 +1,6 @@
 """Cards of curtailed sweeps: the verdict at the planned N, not at the seeds launched.
 
-A curtailing sweep (``recipe_audit/app/sweepers.py``) records on its sweep parent run, per recipe, the
+A curtailing sweep (``recipe_audit/app/curtailing.py``) records on its sweep parent run, per recipe, the
 planned N, the seeds it launched and why it stopped (``keys.TAG_CURTAILMENT``). For such a cell:
 
 * seeds the sweep never launched are not unfinished reruns: they are dropped from the cell (a

@@ -36,6 +36,10 @@ The gate (:func:`gate`) holds a version to its own release policy
 the code under review, never the card or tags the attacher can write), recomputes the card from the
 store's history over every rerun of the version's recipe, and passes only a card that covers
 exactly that evidence and verifies.
+
+Over 400 lines, kept whole: :func:`attach` writes the tags and the description that :func:`gate`
+reads back (the card URIs per stem, ``_card_uris``); the two sides of that one layout of tags
+change together.
 """
 
 from __future__ import annotations

@@ -40,11 +40,6 @@ def scored_audit_sets(req: CardRequest) -> list[str]:
     return ordered
 
 
-def compute_shift_cards(req: CardRequest, opts: CardOptions, audits: Sequence[str], **kwargs: Any) -> dict[str, Any]:
-    """The JSON of :func:`compute_shift_card` (``RecipeCard.to_json()``)."""
-    return compute_shift_card(req, opts, audits, **kwargs).to_json()
-
-
 def compute_shift_card(req: CardRequest, opts: CardOptions, audits: Sequence[str], **kwargs: Any) -> RecipeCard:
     """One card holding the cells of every audit set in ``audits`` (the first is the
     calibration audit the others are compared with) and the ``shift`` section. Extra keyword

@@ -21,6 +21,9 @@ Key naming follows MLflow's: ``params.X``, ``tags.X``, ``metrics.X``, ``attribut
 names (``accuracy/calibration``); a ``metrics.`` prefix is accepted and dropped.
 
 The store layout written by recipe_audit is the contract of :mod:`recipe_audit.keys`.
+
+Over 400 lines, kept whole: :func:`read_runs` and the frame it builds (``_frame``) are the column
+contract every reader of the store relies on (names, dtypes, seed parsing, order), kept in one place.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 from helpers.store import synthetic_sweep
 
 from recipe_audit import keys, stats
-from recipe_audit.cards.build import build_document
+from recipe_audit.cards.build import build_card
 from recipe_audit.cards.files import render_files, validate
 from recipe_audit.cards.model import CardOptions, Cell
 from recipe_audit.release.compute import CardRequest, compute_cards
@@ -106,7 +106,7 @@ def _cell(vals, n_planned=None, stop_on="decision"):
 
 def _doc(cells, **kw):
     opts = CardOptions(taus=kw.pop("taus", (0.7,)), bootstrap_B=50, **kw)
-    return build_document(cells, opts, {"experiment": "exp", "metric": "accuracy/calibration"})
+    return build_card(cells, opts, {"experiment": "exp", "metric": "accuracy/calibration"}).to_json()
 
 
 def test_curtailed_supported_recipe():

@@ -12,7 +12,7 @@ import pytest
 
 from recipe_audit.cards import files as store
 from recipe_audit.cards import schemas
-from recipe_audit.cards.build import build_document
+from recipe_audit.cards.build import build_card
 from recipe_audit.cards.model import CardError, CardOptions, Cell
 
 
@@ -26,7 +26,7 @@ def _doc(n: int = 300) -> dict:
                 run_ids=tuple(f"{i:032x}" for i in range(n)), statuses=statuses,
                 unfinished=tuple((s, "failed", f"{s:032x}") for s in range(0, n, 37)),
                 planned_seeds=tuple(range(n)), digest="0" * 64)
-    return build_document([cell], CardOptions(taus=(0.8, 0.9), bootstrap_B=50), {"experiment": "exp"})
+    return build_card([cell], CardOptions(taus=(0.8, 0.9), bootstrap_B=50), {"experiment": "exp"}).to_json()
 
 
 def _jsonschema_says(doc) -> str | None:

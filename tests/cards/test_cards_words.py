@@ -7,7 +7,7 @@ import io
 
 import numpy as np
 
-from recipe_audit.cards.build import build_document
+from recipe_audit.cards.build import build_card
 from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.model import CardOptions, Cell
 from recipe_audit.cards.render import RULE_LABELS, to_markdown
@@ -22,8 +22,8 @@ def _cell(values, recipe_id="a" * 16) -> Cell:
 
 
 def _doc(*cells):
-    return build_document(list(cells), CardOptions(taus=(0.7,), bootstrap_B=200),
-                          {"experiment": "exp", "metric": "accuracy/calibration"})
+    return build_card(list(cells), CardOptions(taus=(0.7,), bootstrap_B=200),
+                      {"experiment": "exp", "metric": "accuracy/calibration"}).to_json()
 
 
 def _terminal(doc) -> str:

@@ -11,8 +11,9 @@ imports them as ``from helpers.app import run_app``:
 - ``procs``: every process a test starts (``procs.run``, ``procs.spawn``: a transient EAGAIN is
   retried) and every time limit it waits under (``procs.timeout``: scaled for a busy machine);
 - ``store``: a sweep logged the way recipe_audit logs one, without training;
-- ``query_stores``, ``registry_world``, ``acceptance_synth``: the data the query, registry and
-  acceptance tests read (the query fixtures reach tests/query through its conftest.py).
+- ``read_stores``, ``registry_world``, ``acceptance_synth``: the data the store-reading
+  (``tests/store``), registry (``tests/release``) and acceptance tests read (the read_stores
+  fixtures reach tests/store through its conftest.py).
 
 Fixtures every test gets (its own MLflow store, no leaked run) are in ``tests/conftest.py``.
 """

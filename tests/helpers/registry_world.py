@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from recipe_audit.cards.files import write_json
 from recipe_audit.cards.model import CardOptions
 from recipe_audit.release.compute import CardRequest
-from recipe_audit.release.shift import compute_shift_cards
+from recipe_audit.release.shift import compute_shift_card
 from recipe_audit.store import tracking
 from recipe_audit.train.loop import AuditScore
 
@@ -63,12 +63,12 @@ def make_world(uri: str, root: Path) -> SimpleNamespace:
     for s in range(10):
         runs[("bad", s)] = log_rerun(uri, BAD, s, {"calibration": 0.5 if s % 5 == 0 else 0.9}, name="default")
     card = root / "card.json"
-    doc = compute_shift_cards(CardRequest(experiment=EXP, tracking_uri=uri), CardOptions(taus=(0.7, 0.8)),
-                              ["calibration", "shift_x"])
+    doc = compute_shift_card(CardRequest(experiment=EXP, tracking_uri=uri), CardOptions(taus=(0.7, 0.8)),
+                             ["calibration", "shift_x"]).to_json()
     write_json(doc, card)
     bad_only = root / "card_bad.json"
-    doc_bad = compute_shift_cards(CardRequest(experiment=EXP, tracking_uri=uri, recipe_id=BAD),
-                                  CardOptions(taus=(0.7,)), ["calibration"])
+    doc_bad = compute_shift_card(CardRequest(experiment=EXP, tracking_uri=uri, recipe_id=BAD),
+                                 CardOptions(taus=(0.7,)), ["calibration"]).to_json()
     write_json(doc_bad, bad_only)
     return SimpleNamespace(uri=uri, root=root, runs=runs, card=card, card_bad=bad_only,
                            doc=json.loads(card.read_text()))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from recipe_audit.app.sweepers import CurtailingSweeperBase
+from recipe_audit.app.curtailing import CurtailingSweeperBase
 
 
 class FakeLauncher:

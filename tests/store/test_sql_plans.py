@@ -7,7 +7,7 @@ import sqlite3
 
 import pandas as pd
 import pytest
-from helpers.query_stores import BYO_READ, METRIC, RICH_EXTRA, RICH_GROUP, RICH_METRICS, build_byo
+from helpers.read_stores import BYO_READ, METRIC, RICH_EXTRA, RICH_GROUP, RICH_METRICS, build_byo
 from mlflow.tracking import MlflowClient
 
 from recipe_audit import keys

@@ -1,4 +1,4 @@
-"""The MLflow stores the query tests read, and their fixtures.
+"""The MLflow stores the store-reading tests (``tests/store/``) read, and their fixtures.
 
 The runs are written with the real MLflow client, the way recipe_audit's tracking writes them (the
 contract of keys.py). Every test gets its own SQLite store under its tmp_path
@@ -6,8 +6,8 @@ contract of keys.py). Every test gets its own SQLite store under its tmp_path
 each scenario is written once per session into a template database whose file is copied into the
 test's tmp_path. Nothing touches ./mlruns.
 
-The fixtures are defined here and reach the query tests through ``tests/query/conftest.py``
-(``from helpers.query_stores import *``; ``__all__`` lists the fixtures only), so the autouse one
+The fixtures are defined here and reach those tests through ``tests/store/conftest.py``
+(``from helpers.read_stores import *``; ``__all__`` lists the fixtures only), so the autouse one
 applies to that folder alone; the test modules import the constants and builders they need.
 """
 

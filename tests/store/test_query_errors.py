@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers.query_stores import METRIC
+from helpers.read_stores import METRIC
 
 from recipe_audit import keys
 from recipe_audit.reruns import QueryError, collect_reruns

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers.query_stores import BYO_READ, METRIC, RICH_EXTRA, RICH_GROUP
+from helpers.read_stores import BYO_READ, METRIC, RICH_EXTRA, RICH_GROUP
 
 from recipe_audit import keys
 from recipe_audit.reruns import collect_reruns

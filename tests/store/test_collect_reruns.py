@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import procs
-from helpers.query_stores import METRIC, NOW_MS, OLD_MS
+from helpers.read_stores import METRIC, NOW_MS, OLD_MS
 
 from recipe_audit import keys
 from recipe_audit.reruns import (

@@ -8,10 +8,10 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
-from helpers.query_stores import BYO_READ, METRIC, build_byo
-from helpers.query_stores import RICH_EXTRA as EXTRA
-from helpers.query_stores import RICH_GROUP as GROUP
-from helpers.query_stores import RICH_METRICS as METRICS
+from helpers.read_stores import BYO_READ, METRIC, build_byo
+from helpers.read_stores import RICH_EXTRA as EXTRA
+from helpers.read_stores import RICH_GROUP as GROUP
+from helpers.read_stores import RICH_METRICS as METRICS
 from mlflow.tracking import MlflowClient
 
 from recipe_audit import keys
