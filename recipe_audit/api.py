@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from recipe_audit.cards.document import RecipeCard
-    from recipe_audit.release.registry import AttachResult, GateResult
+    from recipe_audit.release.gate import GateResult
+    from recipe_audit.release.registry import AttachResult
     from recipe_audit.stats.anytime import AnytimeBound
     from recipe_audit.stats.exact import TailBound
     from recipe_audit.stats.family import FamilyMember
@@ -377,7 +378,7 @@ def gate(model_name: str, *, version: str | int | None = None, alias: str | None
     ``release-supported`` and the attached card covers exactly those reruns and verifies.
     ``.outcome`` and ``.message`` say why not; ``.evidence`` what was recomputed."""
     from recipe_audit.release.evidence import load_policy_file, make_policy
-    from recipe_audit.release.registry import gate as _gate
+    from recipe_audit.release.gate import gate as _gate
 
     flags = {"tau": tau, "audit": audit, "metric": metric, "higher_is_better": higher_is_better, "max_eps": max_eps,
              "max_delta": max_delta, "family": None if family is None else list(family), "pointwise": pointwise,

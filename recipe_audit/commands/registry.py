@@ -142,7 +142,7 @@ def gate_policy(a: argparse.Namespace):
 
 
 def cmd_gate(a: argparse.Namespace) -> int:
-    from recipe_audit.release.registry import gate
+    from recipe_audit.release.gate import gate
 
     if a.audit is not None and not a.audit.strip():
         raise ValueError("--audit must name an audit set (e.g. calibration).")

@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from recipe_audit import keys
 from recipe_audit.cards.model import CardOptions
-from recipe_audit.release import registry
+from recipe_audit.release import gate, registry
 from recipe_audit.release.compute import CardRequest, compute_card
 from recipe_audit.release.evidence import make_policy
 from recipe_audit.store.registry import RegistryError
@@ -83,7 +83,7 @@ def _attach(uri, run_id, *, model="clf", **card):
 
 
 def _gate(uri, model="clf", **policy):
-    return registry.gate(uri, model, make_policy({**CI, **policy}), version="1")
+    return gate.gate(uri, model, make_policy({**CI, **policy}), version="1")
 
 
 # ------------------------------------------------------------------------------------------
