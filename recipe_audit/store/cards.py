@@ -1,7 +1,7 @@
 """Card runs in MLflow, next to the reruns they were computed from: the files of a cell's card
 as :func:`recipe_audit.cards.files.render_card` rendered them, logged as they are (this module
 renders nothing), its verdict as tags and metrics, its Markdown as the run's description, and
-pass/fail tags on the reruns. :func:`recipe_audit.release.card_runs.log_cards` is the path that
+pass/fail tags on the reruns. :meth:`recipe_audit.release.card_runs.CardOutput.log` is the path that
 renders each cell once and hands its files here."""
 
 from __future__ import annotations
