@@ -24,15 +24,15 @@ from pathlib import Path
 def _store(path: Path, mode: str):
     from mlflow import MlflowClient
 
-    from recipe_audit.store import tracking
+    from recipe_audit.store import sqlite
 
     uri = f"sqlite:///{path}"
     client = MlflowClient(uri)
     exp = client.create_experiment("bench")
     if mode != "journal":
-        tracking._write_ahead_log(uri)
+        sqlite.write_ahead_log(uri)
     if mode == "wal+normal":
-        tracking._commit_without_sync(uri)
+        sqlite.commit_without_sync(uri)
     return client, exp
 
 

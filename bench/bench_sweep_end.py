@@ -52,7 +52,7 @@ def copy_without_cards(db: Path, tmp: Path):
     import mlflow
 
     from recipe_audit import keys
-    from recipe_audit.store import tracking
+    from recipe_audit.store import sweeps
 
     shutil.copy(db, tmp / "mlflow.db")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
@@ -69,7 +69,7 @@ def copy_without_cards(db: Path, tmp: Path):
     con.close()
     client = mlflow.MlflowClient(uri)
     experiment = client.get_experiment(client.get_run(parent).info.experiment_id).name
-    return tracking.SweepInfo(sweep_id, parent, uri, experiment, tuple(range(n))), n
+    return sweeps.SweepInfo(sweep_id, parent, uri, experiment, tuple(range(n))), n
 
 
 def _step(wall: dict, cpu: dict, name: str, fn, *args):
@@ -86,7 +86,7 @@ def time_end(db: Path, repeat: int) -> tuple[int, dict[str, list[float]], dict[s
     from recipe_audit.cards.model import CardOptions
     from recipe_audit.cards.summary import summary_markdown
     from recipe_audit.release import sweep as release_sweep
-    from recipe_audit.store import tracking
+    from recipe_audit.store import rerun_runs, sqlite, sweeps
 
     opts = CardOptions.from_config(taus=(0.7,), eps=0.1, delta=0.1, metrics=[METRIC])
     wall: dict[str, list[float]] = {}
@@ -97,17 +97,17 @@ def time_end(db: Path, repeat: int) -> tuple[int, dict[str, list[float]], dict[s
             info, n = copy_without_cards(db, Path(tmp))
 
             with contextlib.redirect_stdout(io.StringIO()):
-                _step(wall, cpu, "close_dead_reruns", tracking.close_dead_reruns, info)
-                _step(wall, cpu, "end_sweep", tracking.end_sweep, info)
+                _step(wall, cpu, "close_dead_reruns", rerun_runs.close_dead_reruns, info)
+                _step(wall, cpu, "end_sweep", sweeps.end_sweep, info)
                 card = _step(wall, cpu, "cards_for_sweep", release_sweep.cards_for_sweep, info, METRIC, opts,
                              Path(tmp) / "sweep")
-                _step(wall, cpu, "tag_sweep_with_cards", tracking.tag_sweep_with_cards, info,
+                _step(wall, cpu, "tag_sweep_with_cards", sweeps.tag_sweep_with_cards, info,
                       [e.to_json() for e in card.cells], summary_markdown([card]))
                 _step(wall, cpu, "publish_cards", release_sweep.publish_cards, info.tracking_uri,
                       info.experiment_name, [card])
-                _step(wall, cpu, "failed_reruns", tracking.failed_reruns, info)
-                _step(wall, cpu, "killed_attempts", tracking.killed_attempts, info, 0)
-                _step(wall, cpu, "checkpoint_store", tracking.checkpoint_store, info.tracking_uri)
+                _step(wall, cpu, "failed_reruns", rerun_runs.failed_reruns, info)
+                _step(wall, cpu, "killed_attempts", rerun_runs.killed_attempts, info, 0)
+                _step(wall, cpu, "checkpoint_store", sqlite.checkpoint_store, info.tracking_uri)
     for d in (wall, cpu):
         d["total"] = [sum(v[i] for k, v in d.items() if k != "total") for i in range(repeat)]
     return n, wall, cpu

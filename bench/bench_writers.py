@@ -3,7 +3,7 @@
     python bench/bench_writers.py --writers 4 --runs 25 --steps 50            # a fresh SQLite store
     python bench/bench_writers.py --uri http://127.0.0.1:5000 --writers 8 --runs 100 --steps 50
 
-Each writer is its own process and logs reruns the way a sweep's job does (``tracking.RerunLogger``:
+Each writer is its own process and logs reruns the way a sweep's job does (``rerun_log.RerunLogger``:
 params in batches, per-step ``train_loss``, the final metrics, FINISHED). At the end the store is
 read back: runs and metric rows are counted per writer and compared with what was sent. Prints
 the throughput (runs/s, metric rows/s) and the slowest single client call.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 def _writer(args) -> dict:
     uri, experiment, wid, n_runs, n_steps = args
-    from recipe_audit.store import tracking
+    from recipe_audit.store import rerun_log, tracking
 
     store = tracking.open_store(uri, experiment)
     slowest = 0.0
@@ -32,7 +32,7 @@ def _writer(args) -> dict:
     for r in range(n_runs):
         cfg = {"model": {"name": "m"}, "task": {"name": "t"}, "recipe": {"name": f"w{wid}"}, "seed": r}
         t = time.perf_counter()
-        logger = tracking.RerunLogger(store, cfg, r, recipe_id=f"writer{wid:02d}")
+        logger = rerun_log.RerunLogger(store, cfg, r, recipe_id=f"writer{wid:02d}")
         slowest, calls = max(slowest, time.perf_counter() - t), calls + 1
         for step in range(n_steps):
             logger.log_step(step, 1.0 / (step + 1))

@@ -13,7 +13,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _no_sweep_leaks():
-    """A test that opens a sweep in this process (tracking.start_sweep publishes it in the
+    """A test that opens a sweep in this process (sweeps.start_sweep publishes it in the
     environment for its jobs) must not hand it to the next test's subprocesses."""
     creds = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
     yield

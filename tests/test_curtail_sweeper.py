@@ -100,9 +100,9 @@ def _ret(value):
 def test_record_goes_onto_the_sweep_parent(tmp_path, store, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from recipe_audit.store import curtailment, tracking
+    from recipe_audit.store import curtailment, sweeps, tracking
 
-    info = tracking.start_sweep(tracking.open_store(store, "exp"), range(30), tmp_path / "sweep", [])
+    info = sweeps.start_sweep(tracking.open_store(store, "exp"), range(30), tmp_path / "sweep", [])
     try:
         sw = _sweeper(tmp_path, lambda ov: None)
         sw.sweep(["seed=range(30)"])
@@ -116,7 +116,7 @@ def test_record_goes_onto_the_sweep_parent(tmp_path, store, monkeypatch):
         tags = client.get_run(info.parent_run_id).data.tags
         assert tags[keys.TAG_CURTAILMENT] == keys.CURTAILMENT_ARTIFACT_PREFIX + RECORD_FILE
     finally:
-        tracking.end_sweep(info)
+        sweeps.end_sweep(info)
 
 
 @pytest.mark.slow

@@ -197,11 +197,10 @@ def test_the_sweeps_variable_is_put_back_when_the_sweep_ends(machine, monkeypatc
 
 
 def test_the_callback_stops_a_bad_option_with_one_sentence(machine, capsys):
-    from recipe_audit.app.callback import RecipeAuditCallback
+    from recipe_audit.app.job_env import SweepEnv
 
-    cb = RecipeAuditCallback(metric="acc", devices="many")
     with pytest.raises(SystemExit) as stop:
-        cb._place_devices(_cfg(JOBLIB, n_jobs=2))
+        SweepEnv().place_devices(_cfg(JOBLIB, n_jobs=2), None, "many", 1)
     assert stop.value.code == 2
     assert capsys.readouterr().err == ("recipe_audit: error: devices must be auto, none or a list of GPUs such as "
                                        "[0,1], not 'many'.\n")

@@ -21,7 +21,7 @@ from helpers.app import REPO, SMALL, run_app, start_app
 from test_launchers import ENV, _runs
 
 from recipe_audit import keys
-from recipe_audit.store import tracking
+from recipe_audit.store import rerun_runs, sweeps, tracking
 
 
 # The kill lands mid-training: RerunLogger writes the loss of the first training step at once, the
@@ -72,7 +72,7 @@ def _sweep_killing(args, cwd, uri, sweep_dir, seed: int, after_s: float, output)
     proc = start_app(args, cwd=cwd, output=output, env_extra=ENV)
     try:
         # the sweep's parent run is in the store (tables, experiment) once its file is written
-        sweep = _poll("sweep file", lambda: tracking.SweepInfo.from_json((sweep_dir / tracking.SWEEP_FILE).read_text()),
+        sweep = _poll("sweep file", lambda: sweeps.SweepInfo.from_json((sweep_dir / sweeps.SWEEP_FILE).read_text()),
                       proc, output)
         client = MlflowClient(tracking_uri=uri)
         exp_id = client.get_experiment_by_name(sweep.experiment_name).experiment_id
@@ -328,7 +328,7 @@ def test_a_full_disk_stops_the_sweep_in_one_sentence(tmp_path, store, monkeypatc
     from helpers.inprocess import run_module_here
     from mlflow.tracking import MlflowClient
 
-    real = tracking.close_rerun
+    real = rerun_runs.close_rerun
 
     def filling(store_, run_id, **kw):
         if store_.client.get_run(run_id).data.tags.get(keys.TAG_SEED) == "1":
@@ -337,7 +337,7 @@ def test_a_full_disk_stops_the_sweep_in_one_sentence(tmp_path, store, monkeypatc
             raise RuntimeError("(sqlite3.OperationalError) database or disk is full") from err
         return real(store_, run_id, **kw)
 
-    monkeypatch.setattr(tracking, "close_rerun", filling)
+    monkeypatch.setattr(rerun_runs, "close_rerun", filling)
     proc = run_module_here(["-m", "seed=range(3)", *SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr + proc.stdout

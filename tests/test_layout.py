@@ -6,7 +6,8 @@ stats -> cards -> store / registry, with one door to each framework.
   and OmegaConf;
 * ``recipe_audit.store`` is the only importer of MLflow and SQLAlchemy;
 * ``recipe_audit.stats`` imports the standard library, NumPy and SciPy only;
-* ``recipe_audit.keys`` and ``recipe_audit.errors`` import the standard library only;
+* ``recipe_audit.keys``, ``recipe_audit.errors`` and ``recipe_audit.identity`` import the standard
+  library only;
 * ``recipe_audit.cards`` and ``recipe_audit.stats`` import no training code (torch & co.);
 * ``recipe_audit.acceptance`` (the acceptance audit's records, mechanism config, signatures and
   the experiment's orchestration) imports no training library: its training code lives in
@@ -142,11 +143,12 @@ def test_cards_do_not_read_the_store():
     assert bad == []
 
 
-def test_keys_and_errors_import_the_standard_library_only():
-    """``keys`` (the store's names) and ``errors`` (one sentence from an error) sit under every
-    room that imports them: nothing of the package, no third-party library."""
+def test_keys_errors_and_identity_import_the_standard_library_only():
+    """``keys`` (the store's names), ``errors`` (one sentence from an error) and ``identity`` (a
+    recipe's hash) sit under every room that imports them: nothing of the package, no third-party
+    library (no MLflow, no Hydra)."""
     stdlib = sys.stdlib_module_names
-    bad = [f"{name}:{line} imports {mod}" for name in ("recipe_audit.keys", "recipe_audit.errors")
+    bad = [f"{name}:{line} imports {mod}" for name in ("recipe_audit.keys", "recipe_audit.errors", "recipe_audit.identity")
            for mod, line in IMPORTS[name] if _top(mod) not in stdlib]
     assert bad == []
 

@@ -551,14 +551,14 @@ def test_fluent_calls_after_the_job_ended_the_rerun_resume_it(tmp_path, store, m
     import mlflow
     from mlflow.tracking import fluent
 
-    from recipe_audit.store import tracking
+    from recipe_audit.store import rerun_runs, tracking
 
     st = tracking.open_store(store, "train")
     run_id = st.client.create_run(st.experiment_id, tags={"mlflow.parentRunId": "p"}).info.run_id
     monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "train")
     own = fluent.end_run
-    tracking.keep_rerun_resumable(run_id)
+    rerun_runs.keep_rerun_resumable(run_id)
     try:
         mlflow.start_run()  # the MLflowCallback's setup: resumes $MLFLOW_RUN_ID, and unsets it
         mlflow.log_metric("loss", 0.5)
@@ -569,7 +569,7 @@ def test_fluent_calls_after_the_job_ended_the_rerun_resume_it(tmp_path, store, m
         with mlflow.start_run():
             mlflow.log_metric("test_positive_rate", 0.5)
     finally:
-        tracking.keep_rerun_resumable(None)
+        rerun_runs.keep_rerun_resumable(None)
     assert fluent.end_run is own and mlflow.end_run is own
     runs = st.client.search_runs([st.experiment_id])
     assert [r.info.run_id for r in runs] == [run_id]
@@ -582,11 +582,11 @@ def test_fluent_calls_after_the_job_ended_the_rerun_resume_it(tmp_path, store, m
 
 
 def test_no_metric_logged_and_nothing_returned_says_what_to_set(tmp_path, store):
-    from recipe_audit.app.callback import _nothing_logged
-    from recipe_audit.store import tracking
+    from recipe_audit.app.sweep_end import nothing_logged as _nothing_logged
+    from recipe_audit.store import sweeps, tracking
 
     st = tracking.open_store(store, "train")
-    sweep = tracking.start_sweep(st, [1, 2], tmp_path / "sweep", [])
+    sweep = sweeps.start_sweep(st, [1, 2], tmp_path / "sweep", [])
     reruns = [st.client.create_run(st.experiment_id, tags={keys.TAG_KIND: keys.KIND_RERUN,
                                                            keys.TAG_SWEEP_ID: sweep.sweep_id}) for _ in range(2)]
     for r in reruns:
@@ -633,7 +633,7 @@ def test_a_password_in_the_tracking_uri_is_sent_never_shown(tmp_path, store, mon
     from mlflow.tracking import MlflowClient
     from werkzeug.serving import make_server
 
-    from recipe_audit.store import tracking
+    from recipe_audit.store import sweeps
 
     backend = f"sqlite:///{tmp_path / 'server.db'}"
     monkeypatch.setenv("_MLFLOW_SERVER_FILE_STORE", backend)
@@ -659,7 +659,7 @@ def test_a_password_in_the_tracking_uri_is_sent_never_shown(tmp_path, store, mon
         assert proc.returncode == 0, out[-3000:]
         assert "View run" in out and f"http://{host}/#/experiments/" in out  # MLflow's lines, without the password
         assert password not in out
-        sweep_file = tmp_path / "sweep" / tracking.SWEEP_FILE
+        sweep_file = tmp_path / "sweep" / sweeps.SWEEP_FILE
         assert stat.S_IMODE(sweep_file.stat().st_mode) == 0o600
         assert password not in sweep_file.read_text() and f"http://{host}" in sweep_file.read_text()
         client = MlflowClient(f"http://{host}")

@@ -22,9 +22,10 @@ from recipe_audit.cards.files import validate
 from recipe_audit.cards.model import CardOptions
 from recipe_audit.cards.render import to_markdown
 from recipe_audit.cli import main
+from recipe_audit.identity import recipe_identity
 from recipe_audit.release.compute import CardRequest, compute_cards
 from recipe_audit.release.shift import compute_shift_card, scored_audit_sets
-from recipe_audit.store import tracking
+from recipe_audit.store import rerun_log, tracking
 from recipe_audit.train import shift as S
 from recipe_audit.train.loop import AuditScore, prepare_task
 from recipe_audit.train.tasks import TaskError, build_task
@@ -41,7 +42,7 @@ def test_extra_tasks_are_audit_settings_not_recipe_identity():
     plain = OmegaConf.to_container(_compose(), resolve=True)
     shifted_cfg = _compose(["audit.extra_tasks=[entailment]", "+audit.extra_task_options.n_audit=50"])
     shifted = OmegaConf.to_container(shifted_cfg, resolve=True)
-    assert tracking.recipe_identity(plain) == tracking.recipe_identity(shifted)
+    assert recipe_identity(plain) == recipe_identity(shifted)
     typed = OmegaConf.to_object(shifted_cfg)
     assert typed.audit.extra_tasks == ["entailment"] and typed.audit.extra_task_options == {"n_audit": 50}
 
@@ -79,7 +80,7 @@ def test_task_shift_refusals(tmp_path, monkeypatch):
 def _rerun(uri, recipe_id, seed, scores, *, name="stable", status="FINISHED", scored_on=None):
     store = tracking.open_store(uri, "exp")
     config = {"recipe": {"name": name}, "model": {"name": "tiny_bert"}, "task": {"name": "sentiment"}}
-    logger = tracking.RerunLogger(store, config, seed, recipe_id=recipe_id,
+    logger = rerun_log.RerunLogger(store, config, seed, recipe_id=recipe_id,
                                   audit_sets=scored_on if scored_on is not None else list(scores))
     if status == "FAILED":
         logger.fail(RuntimeError("crashed"))
@@ -196,7 +197,7 @@ def test_lora_model_is_logged_merged_and_loads_back(store):
     with torch.no_grad():
         want = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask).logits.softmax(-1)[:, 1]
     st = tracking.open_store(store, "exp")
-    logger = tracking.RerunLogger(st, {"recipe": {"name": "lora"}, "model": {"name": "tiny_neox"},
+    logger = rerun_log.RerunLogger(st, {"recipe": {"name": "lora"}, "model": {"name": "tiny_neox"},
                                        "task": {"name": "sentiment"}}, 0, recipe_id="l" * 16)
     import logging
 

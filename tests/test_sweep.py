@@ -132,11 +132,11 @@ def test_rerun_logger_writes_the_first_step_at_once_then_batches(store):
     from mlflow.tracking import MlflowClient
 
     from recipe_audit import keys
-    from recipe_audit.store import tracking
+    from recipe_audit.store import rerun_log, tracking
 
     st = tracking.open_store(store, "recipe_audit")
     cfg = {"recipe": {"name": "default"}, "model": {"name": "tiny_bert"}, "task": {"name": "sentiment"}}
-    logger = tracking.RerunLogger(st, cfg, 7, recipe_id="r" * 16, audit_sets=["calibration"])
+    logger = rerun_log.RerunLogger(st, cfg, 7, recipe_id="r" * 16, audit_sets=["calibration"])
     client = MlflowClient(store)
 
     def written():
@@ -159,7 +159,7 @@ def test_a_new_sqlite_store_keeps_a_write_ahead_log_and_folds_it_back(tmp_path):
 
     from mlflow import MlflowClient
 
-    from recipe_audit.store import tracking
+    from recipe_audit.store import sqlite, tracking
 
     db = tmp_path / "wal" / "mlflow.db"
     uri = f"sqlite:///{db}"
@@ -168,7 +168,7 @@ def test_a_new_sqlite_store_keeps_a_write_ahead_log_and_folds_it_back(tmp_path):
     run = MlflowClient(uri).create_run(st.experiment_id)
     MlflowClient(uri).log_metric(run.info.run_id, "val_accuracy", 0.9)
     assert db.with_name("mlflow.db-wal").stat().st_size > 0  # the commit went to the log
-    tracking.checkpoint_store(uri)
+    sqlite.checkpoint_store(uri)
     assert db.with_name("mlflow.db-wal").stat().st_size == 0
     copy = tmp_path / "copy.db"  # the database file alone now holds the metric
     copy.write_bytes(db.read_bytes())
@@ -184,7 +184,7 @@ def test_commits_to_a_store_in_write_ahead_log_mode_skip_the_disk_sync_and_other
 
     from sqlalchemy import create_engine, text
 
-    from recipe_audit.store import tracking
+    from recipe_audit.store import sqlite, tracking
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     st = tracking.open_store(uri, "sync-check")
@@ -204,7 +204,7 @@ def test_commits_to_a_store_in_write_ahead_log_mode_skip_the_disk_sync_and_other
 
     rollback = tmp_path / "rollback.db"  # registered, but not in write-ahead-log mode
     sqlite3.connect(rollback).execute("create table t (x)")
-    tracking._commit_without_sync(f"sqlite:///{rollback}")
+    sqlite.commit_without_sync(f"sqlite:///{rollback}")
     engine = create_engine(f"sqlite:///{rollback}")
     with engine.connect() as con:
         assert con.execute(text("PRAGMA journal_mode")).scalar() == "delete"

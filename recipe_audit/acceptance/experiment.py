@@ -18,7 +18,7 @@ per cell), which ``recipe_audit.app`` makes with ``OmegaConf.to_object``.
 * **Records**: every held-out / fresh / cross-task item of the cell scored, logged as the MLflow
   table ``eval_records.json`` of the job's run; the adapter (with the base fingerprint) as the
   artifact ``adapter``. The run is opened and closed by the sweep callback
-  (``AcceptanceSweepCallback``) as a rerun's is, and written through ``tracking.RerunLogger``.
+  (``AcceptanceSweepCallback``) as a rerun's is, and written through ``rerun_log.RerunLogger``.
 * **Card** (:func:`acceptance_card_for_sweep`, at multirun end in the launching process): one acceptance card
   per defense cell against the baseline of the same seed, the progressive filter and the
   threshold sensitivity across cells, the plots; gate (c) from the logged adapters and the cached
@@ -80,16 +80,16 @@ def cell_run(exp: ExperimentConfig, defense: DefenseConfig, seed: int) -> tuple[
 
 def run_cell_job(exp: ExperimentConfig, defense: DefenseConfig, seed: int, logger=None, *, progress: bool = False) -> dict[str, float]:
     """One job of ``experiment=acceptance``: one defense cell x one seed. ``logger`` (a
-    ``tracking.RerunLogger`` attached to the run the sweep callback opened for the job, which
+    ``rerun_log.RerunLogger`` attached to the run the sweep callback opened for the job, which
     closes it FINISHED, or FAILED with the error this raises) receives the params, the training
     loss per step, the metrics, the ``eval_records.json`` table and the ``adapter`` artifact.
     Raises :class:`~recipe_audit.train.acceptance.base.BaseModelError` when the shared base model cannot be trained. Returns the
     cell's metrics (as logged)."""
     cell = cell_name(str(defense.name), seed)
     if logger is not None:
-        from recipe_audit.store import tracking
+        from recipe_audit.store.rerun_runs import flatten
 
-        logger.log_params(tracking.flatten({"experiment": asdict(exp), "defense": asdict(defense), "seed": seed}))
+        logger.log_params(flatten({"experiment": asdict(exp), "defense": asdict(defense), "seed": seed}))
     base_dir = ensure_base(exp, exp.cache_dir, progress=progress)
     with tempfile.TemporaryDirectory(prefix="recipe-audit-cell-") as tmp:
         res = run_cell(exp, defense, seed, base_dir, Path(tmp), cell,
@@ -151,9 +151,9 @@ def acceptance_card_for_sweep(sweep, exp: ExperimentConfig, sweep_dir: Path | No
     a card run (nested under the sweep)."""
     from recipe_audit import keys
     from recipe_audit.cards.acceptance import write_card
-    from recipe_audit.store import tracking
+    from recipe_audit.store import rerun_runs, sweeps
 
-    runs = tracking.sweep_runs(sweep, CELL_KIND, status="FINISHED")
+    runs = rerun_runs.sweep_runs(sweep, CELL_KIND, status="FINISHED")
     if not runs:
         print(f"recipe_audit: no acceptance card for sweep {sweep.sweep_id}: none of its cells finished",
               file=sys.stderr)
@@ -180,7 +180,7 @@ def acceptance_card_for_sweep(sweep, exp: ExperimentConfig, sweep_dir: Path | No
     tags = {keys.TAG_KIND: CARD_RUN_KIND}
     for c in card.cells:
         tags[f"recipe_audit.acceptance.{c.defense}"] = c.verdict
-    run_id = tracking.log_sweep_files_run(sweep, f"acceptance-card-{sweep.sweep_id}", tags, out,
+    run_id = sweeps.log_sweep_files_run(sweep, f"acceptance-card-{sweep.sweep_id}", tags, out,
                                           {"card_seconds": time.perf_counter() - t0})
     print_acceptance_summary(card)
     print(f"Acceptance card in {out}; card run {run_id}")

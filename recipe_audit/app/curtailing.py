@@ -169,7 +169,7 @@ class CurtailingSweeperBase(RecipeSweeperBase):
         if outcome is not None and outcome.get("recipe_id"):
             return outcome["recipe_id"]
         try:
-            from recipe_audit.store.tracking import recipe_identity
+            from recipe_audit.identity import recipe_identity
 
             return recipe_identity(OmegaConf.to_container(ret.cfg, resolve=True))
         except Exception:  # not a recipe_audit job config: a card matches it only in a one-recipe sweep
@@ -317,9 +317,9 @@ class CurtailingSweeperBase(RecipeSweeperBase):
             return
         text = json.dumps(self.record, separators=(",", ":"))
         (sweep_dir / RECORD_FILE).write_text(json.dumps(self.record, indent=2))
-        from recipe_audit.store import curtailment, tracking
+        from recipe_audit.store import curtailment, sweeps
 
-        info = tracking.current_sweep(sweep_dir)
+        info = sweeps.current_sweep(sweep_dir)
         if info is None:
             return
         if self.stop_on == "anytime":

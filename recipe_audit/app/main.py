@@ -200,15 +200,15 @@ def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
 def _attach_rerun(audit_names, cfg):
     """A writer for the rerun's run the callback opened for this job (None on other processes)."""
     from recipe_audit import keys
-    from recipe_audit.app.callback import current_rerun
-    from recipe_audit.store import tracking
+    from recipe_audit.app.jobs import current_rerun
+    from recipe_audit.store import rerun_log, tracking
 
     rerun = current_rerun()
     if rerun is None:
         return None
     try:
         store = tracking.open_store(rerun.tracking_uri, rerun.experiment_name)
-        logger = tracking.RerunLogger.attach(store, rerun.run_id, rerun.artifact_uri)
+        logger = rerun_log.RerunLogger.attach(store, rerun.run_id, rerun.artifact_uri)
         if audit_names:
             rerun.tags[keys.TAG_AUDIT_SETS] = ",".join(audit_names)  # written when the callback closes the run
         rerun.tags[keys.TAG_THREADS] = str(threads.in_use())  # threads=auto: the sweep's decision
@@ -238,25 +238,24 @@ def _stop_if_store_gone(uri: str, seed: int, exc: BaseException) -> None:
 def _fail(message: str, exc: BaseException | None = None, record: bool = True) -> None:
     """One sentence and exit 2. The rerun's run (if the callback opened one) is closed FAILED
     first: exiting skips the callback's end of the job."""
-    from recipe_audit.app.callback import current_rerun
+    from recipe_audit.app.jobs import current_rerun
 
     rerun = current_rerun()
     if record and rerun is not None:
-        from recipe_audit.store import tracking
+        from recipe_audit.store import rerun_runs, sweeps, tracking
 
         try:
             store = tracking.open_store(rerun.tracking_uri, rerun.experiment_name)
-            tracking.close_rerun(store, rerun.run_id, error=exc or ConfigurationError(message))
+            rerun_runs.close_rerun(store, rerun.run_id, error=exc or ConfigurationError(message))
             # the sweep stops here: its parent run says so rather than staying RUNNING
-            sweep = tracking.current_sweep(None)
+            sweep = sweeps.current_sweep(None)
             if sweep is not None and sweep.sweep_id == rerun.sweep_id:
-                tracking.end_sweep(sweep, "FAILED", error=message)
+                sweeps.end_sweep(sweep, "FAILED", error=message)
         except Exception:  # noqa: BLE001 - the sentence below is what the user needs
             pass
-    from recipe_audit.store.uris import mask_in_text
+    from recipe_audit.app.process import stop
 
-    print(f"recipe_audit: error: {mask_in_text(message)}", file=sys.stderr)
-    sys.exit(2)
+    stop(message)
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")

@@ -99,7 +99,7 @@ def _killed_return(overrides):
 
 
 def _close_reruns_of_dead_workers(sweep_dir: str) -> list[str]:
-    from recipe_audit.store import tracking
+    from recipe_audit.store import rerun_runs, sweeps
 
-    info = tracking.current_sweep(Path(sweep_dir))
-    return [] if info is None else tracking.close_dead_reruns(info, only_dead_processes=True)
+    info = sweeps.current_sweep(Path(sweep_dir))
+    return [] if info is None else rerun_runs.close_dead_reruns(info, only_dead_processes=True)

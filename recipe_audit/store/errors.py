@@ -1,4 +1,5 @@
-"""The tracking store's own failures, in the one sentence a command prints for them.
+"""The tracking store's own failures (``TrackingError``, ``StoreGone``), and the one sentence a command
+prints for a failure of the store.
 
 The door knows which errors are the store's: its own ``TrackingError``, MLflow's and SQLAlchemy's
 exceptions, and the SQLite driver's. A library that was never imported cannot have raised, so its
@@ -11,6 +12,14 @@ from __future__ import annotations
 import sys
 
 from recipe_audit.store.uris import mask_in_text
+
+
+class TrackingError(RuntimeError):
+    """The tracking store cannot be used (one sentence)."""
+
+
+class StoreGone(TrackingError):
+    """The store a sweep was writing to is no longer the one it opened (deleted, replaced)."""
 
 
 def _loaded_class(module: str, name: str) -> type | None:
@@ -26,7 +35,7 @@ def _is(exc: BaseException, module: str, name: str) -> bool:
 def store_error_sentence(exc: BaseException, one_line) -> str | None:
     """The sentence to print for ``exc`` when the tracking store raised it (credentials masked),
     else None. ``one_line`` turns an exception into the command's one line."""
-    if _is(exc, "recipe_audit.store.tracking", "TrackingError") or _is(exc, "mlflow.exceptions", "MlflowException"):
+    if isinstance(exc, TrackingError) or _is(exc, "mlflow.exceptions", "MlflowException"):
         return mask_in_text(one_line(exc))
     if _is(exc, "sqlalchemy.exc", "SQLAlchemyError") or _is(exc, "sqlite3", "Error"):
         # a damaged or truncated SQLite file, a database that refuses: the driver's own first line

@@ -56,7 +56,7 @@ def _exit_status(exc: SystemExit, err: io.StringIO) -> int:
 def _run(target: Callable[[], object], argv: list[str], cwd: Path, env_extra: dict | None) -> Ran:
     from mlflow.tracking._tracking_service import utils as tracking_utils
 
-    import recipe_audit.app.callback as callback
+    from recipe_audit.app import jobs
 
     saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv[:], os.getcwd()
     root = logging.getLogger()
@@ -108,7 +108,7 @@ def _run(target: Callable[[], object], argv: list[str], cwd: Path, env_extra: di
                 lg.setLevel(level)
                 lg.handlers[:] = handlers
                 lg.propagate, lg.disabled = propagate, disabled
-        callback._CURRENT = None
+        jobs.forget_current_rerun()
         tracking_utils._tracking_uri = saved_uri
         torch.set_num_threads(saved_threads)
     return Ran(rc, out.getvalue(), err.getvalue())

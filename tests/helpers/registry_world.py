@@ -1,5 +1,5 @@
 """A small tracking store for the registry tests, written with the project's own writer
-(``tracking.RerunLogger``), fast (no training): two recipes, their reruns scored on audit sets,
+(``rerun_log.RerunLogger``), fast (no training): two recipes, their reruns scored on audit sets,
 one rerun with a real logged model (an untrained tiny BERT), and a card file.
 
 - GOOD: 29 reruns (the family-wise sample floor at ε = δ = 0.1 for the two recipes of the card,
@@ -19,7 +19,7 @@ from recipe_audit.cards.files import write_json
 from recipe_audit.cards.model import CardOptions
 from recipe_audit.release.compute import CardRequest
 from recipe_audit.release.shift import compute_shift_card
-from recipe_audit.store import tracking
+from recipe_audit.store import rerun_log, tracking
 from recipe_audit.train.loop import AuditScore
 
 EXP = "exp"
@@ -45,7 +45,7 @@ def log_rerun(uri: str, recipe_id: str, seed: int, scores: dict[str, float], *, 
     """One rerun written as ``python -m recipe_audit`` writes it (without training)."""
     store = tracking.open_store(uri, experiment)
     config = {"recipe": {"name": name, "lr": 0.001}, "model": {"name": "tiny_bert"}, "task": {"name": "sentiment"}}
-    logger = tracking.RerunLogger(store, config, seed, recipe_id=recipe_id, audit_sets=list(scores))
+    logger = rerun_log.RerunLogger(store, config, seed, recipe_id=recipe_id, audit_sets=list(scores))
     logger.log_result(SimpleNamespace(train_seconds=1.0, steps=10, audits={
         k: AuditScore(accuracy=v, majority_rate=0.5, pred_mode_share=0.6, n=100) for k, v in scores.items()}))
     if model is not None:

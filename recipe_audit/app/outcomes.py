@@ -1,0 +1,127 @@
+"""What a job came to, as the sweep reports it: the numbers its task returned, the sentence for a
+job that left no card metric, the bars it fails, its line in the log, the sweep's progress.
+Plain data in, plain data out (no Hydra, no MLflow)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("recipe_audit")
+
+
+def returned_metrics(value: Any, metrics: Sequence[str]) -> dict[str, float]:
+    """What a task function returned, as metrics: a number is the first card metric; a mapping
+    gives each of its numeric entries (``{"eval_accuracy": 0.91}``).
+
+    >>> returned_metrics(0.9, ["acc"]), returned_metrics({"acc": 1, "name": "x", "ok": True}, ["acc"])
+    ({'acc': 0.9}, {'acc': 1.0})
+    """
+    def num(v: Any) -> float | None:
+        if isinstance(v, bool):
+            return None
+        try:
+            if isinstance(v, numbers.Real):
+                return float(v)
+            if hasattr(v, "item") and getattr(v, "size", 1) == 1:  # numpy / torch scalars
+                return float(v.item())
+        except (TypeError, ValueError):
+            return None
+        return None
+
+    if value is None:
+        return {}
+    single = num(value)
+    if single is not None:
+        return {metrics[0]: single} if metrics else {}
+    if isinstance(value, Mapping):
+        return {str(k): f for k, v in value.items() if (f := num(v)) is not None}
+    return {}
+
+
+NO_METRIC_LEAD = "the task returned "
+
+
+def no_metric(value: Any, missing: Sequence[str], metrics: Sequence[str]) -> str:
+    """Why a job that ended without error has no card metric: what it returned, what is accepted."""
+    text = repr(value)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    names = ", ".join(f"'{m}'" for m in missing)
+    return (f"{NO_METRIC_LEAD}{text} ({type(value).__name__}) and logged no {names}: log the metric to the "
+            f"rerun's run (mlflow.log_metric) or return it, as a number (read as '{metrics[0]}') or a mapping "
+            "of metric names to numbers")
+
+
+@dataclass(frozen=True)
+class Bars:
+    """The release bars a sweep's reruns are held to: its metrics, bars τ and direction."""
+
+    metrics: tuple[str, ...]
+    taus: tuple[float, ...]
+    higher_is_better: bool
+
+    def fails(self, outcome: Mapping[str, Any], metric: str) -> list[bool]:
+        """Per τ: does this rerun fail the bar? One that did not finish, or never logged the
+        metric (or logged NaN), fails every bar, as the card counts it."""
+        v = outcome["metrics"].get(metric) if outcome["status"] == "FINISHED" else None
+        if v is None or not math.isfinite(v):
+            return [True] * len(self.taus)
+        return [(v < t) if self.higher_is_better else (v > t) for t in self.taus]
+
+    def tags(self, outcome: Mapping[str, Any]) -> dict[str, str]:
+        """``recipe_audit.fails.<metric>.tau_<τ>`` = ``true``/``false`` for each metric and bar
+        (:func:`recipe_audit.keys.fails_tag`, the name a card logged later writes too)."""
+        from recipe_audit.keys import fails_tag
+
+        out = {}
+        for m in self.metrics:
+            for t, bad in zip(self.taus, self.fails(outcome, m), strict=True):
+                out[fails_tag(m, t)] = "true" if bad else "false"
+        return out
+
+    def report(self, label: str, run_id: str, outcome: Mapping[str, Any], secs: float) -> None:
+        """The job's line in the log: its metrics and the bars they fail, or why it failed."""
+        if outcome["status"] != "FINISHED":
+            log.warning("%s FAILED (%s) in %.1fs: run %s", label, outcome.get("error", ""), secs, run_id)
+            return
+        parts = []
+        for m in self.metrics:
+            v = outcome["metrics"].get(m)
+            if v is None or not math.isfinite(v):
+                parts.append(f"{m} never logged (unfinished on the card)")
+                continue
+            bad = [t for t in self.taus if (v < t if self.higher_is_better else v > t)]
+            parts.append(f"{m}={v:.3f}" + (f", fails the bar τ = {', '.join(f'{t:g}' for t in bad)}" if bad else ""))
+        log.info("%s: %s (%.1fs) run %s", label, "; ".join(parts), secs, run_id)
+
+
+@dataclass
+class Progress:
+    """The sweep's progress, printed after each job when the jobs run in the launching process
+    (parallel launchers print their own per-job lines)."""
+
+    pid: int
+    total: int
+    done: int = 0
+    failed: int = 0
+    t0: float = field(default_factory=time.monotonic)
+
+    def step(self, failed: bool, tau: float) -> None:
+        self.done += 1
+        self.failed += int(failed)
+        elapsed = time.monotonic() - self.t0
+        left = max(self.total - self.done, 0)
+        eta = elapsed / self.done * left
+        log.info("rerun %d/%d done, %d failed the bar τ = %g so far, %s", self.done, self.total, self.failed, tau,
+                 f"about {duration(eta)} left" if left else f"all done in {duration(elapsed)}")
+
+
+def duration(seconds: float) -> str:
+    """``42s``, ``3m07s``, ``1h05m``."""
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
