@@ -400,8 +400,6 @@ def _foreign_private_attributes(name: str, source: str) -> list[str]:
     return bad
 
 
-@pytest.mark.xfail(reason="app/callback.py reads Hydra's JobReturn._return_value until the callback's split "
-                          "(issue 29, thin Hydra hooks) reads the public return_value; then this mark goes")
 def test_no_private_attribute_of_another_object_is_used():
     """A private attribute read or written on an object the module does not own is a leak the
     import checks above cannot see: Hydra's ``JobReturn._return_value`` has a public
