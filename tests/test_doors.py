@@ -19,7 +19,7 @@ import recipe_audit
 from recipe_audit import cli
 from recipe_audit.app import config_dir
 from recipe_audit.app import main as app_main
-from recipe_audit.app.callback import OptionError as CallbackOptionError
+from recipe_audit.app.callback import CallbackOptionError
 from recipe_audit.app.schema import register_configs
 from recipe_audit.cards.model import CardOptions
 from recipe_audit.stats.floors import sample_floor

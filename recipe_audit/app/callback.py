@@ -26,6 +26,9 @@ read out of Hydra's config by :mod:`recipe_audit.app.sweep_plan`; a job's rerun 
 closed by :mod:`recipe_audit.app.jobs` (its environment: :mod:`recipe_audit.app.job_env`), the
 end of the sweep is :mod:`recipe_audit.app.sweep_end`; the runs themselves are the store's
 (:mod:`recipe_audit.store.sweeps`, :mod:`recipe_audit.store.rerun_runs`).
+
+At about 410 lines it stays one module: each of Hydra's hooks is a few plain calls, and splitting
+the class's hooks apart would scatter one event table.
 """
 
 from __future__ import annotations
@@ -48,13 +51,13 @@ from recipe_audit.app.job_env import SweepEnv, sweep_tags
 from recipe_audit.app.outcomes import Bars, Progress
 from recipe_audit.app.process import one_line, rank, stop
 from recipe_audit.app.sweep_end import JobsKind, abandon_sweep, end_sweep, recipe_cards
-from recipe_audit.app.sweep_plan import OptionError, option_name, planned_seeds
+from recipe_audit.app.sweep_plan import CallbackOptionError, option_name, planned_seeds
 from recipe_audit.keys import KIND_ACCEPTANCE_CELL, KIND_RERUN
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 
 log = logging.getLogger("recipe_audit")
 
-__all__ = ["AcceptanceSweepCallback", "OptionError", "RecipeAuditCallback"]  # OptionError: sweep_plan's
+__all__ = ["AcceptanceSweepCallback", "CallbackOptionError", "RecipeAuditCallback"]  # CallbackOptionError: sweep_plan's
 
 
 def job_result(job_return: JobReturn) -> tuple[Any, BaseException | None]:
@@ -127,14 +130,14 @@ class RecipeAuditCallback(Callback):
             return option_name(config, option)
 
         if not self.metrics or not all(self.metrics):
-            raise OptionError(f"{name('metric')} names no metric; give the key your training code logs, "
+            raise CallbackOptionError(f"{name('metric')} names no metric; give the key your training code logs, "
                               "e.g. metric=eval_accuracy.")
         try:  # the one validator of every door (recipe_audit.stats.options): the same words as the CLI's
             return CardOptions.from_config(taus=list(self.taus), eps=self.eps, delta=self.delta,
                                            higher_is_better=self.higher_is_better, unfinished=self.unfinished,
                                            metrics=self.metrics, name=name)
         except CardError as exc:
-            raise OptionError(str(exc)) from None
+            raise CallbackOptionError(str(exc)) from None
 
     def _store_names(self, config: DictConfig) -> tuple[str, str]:
         from recipe_audit.store import tracking
@@ -149,7 +152,7 @@ class RecipeAuditCallback(Callback):
         if OmegaConf.select(config, self.seed_key, throw_on_missing=False) is None and not sweep_plan.seed_override(
                 config, self.seed_key):
             keys = ", ".join(sorted(str(k) for k in config if k != "hydra")[:20]) or "none"
-            raise OptionError(f"The seed key '{self.seed_key}' is not in the app's config (its top-level keys: "
+            raise CallbackOptionError(f"The seed key '{self.seed_key}' is not in the app's config (its top-level keys: "
                               f"{keys}); set hydra.callbacks.recipe_audit.seed_key.")
 
     def _open_store(self, config: DictConfig):
@@ -160,7 +163,7 @@ class RecipeAuditCallback(Callback):
         try:
             store = tracking.open_store(uri, name)
         except tracking.TrackingError as exc:
-            raise OptionError(mask_in_text(str(exc))) from None
+            raise CallbackOptionError(mask_in_text(str(exc))) from None
         self._uri, self._experiment = store.uri, store.experiment_name
         return store
 
@@ -176,7 +179,7 @@ class RecipeAuditCallback(Callback):
         """The sweep's jobs: seeds x recipes (None: the seeds cannot be read)."""
         try:
             return len(planned_seeds(config, self.seed_key)) * (sweep_plan.n_recipes(config, self.seed_key) or 1)
-        except OptionError:
+        except CallbackOptionError:
             return None
 
     def _jobs_kind(self) -> JobsKind:
@@ -190,7 +193,7 @@ class RecipeAuditCallback(Callback):
         try:
             self._check(config)
             self._open_store(config)
-        except OptionError as exc:
+        except CallbackOptionError as exc:
             stop(str(exc))
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -212,7 +215,7 @@ class RecipeAuditCallback(Callback):
             seeds = planned_seeds(config, self.seed_key)
             check_sweeper_config(config, len(seeds))  # before the store holds anything of this sweep
             store = self._open_store(config)
-        except (OptionError, HydraException) as exc:
+        except (CallbackOptionError, HydraException) as exc:
             stop(str(exc))
         sweep_dir = Path(str(config.hydra.sweep.dir))
         overrides = [str(o) for o in config.hydra.overrides.task]

@@ -13,7 +13,7 @@ from recipe_audit.app.process import one_line
 from recipe_audit.identity import config_identity
 
 
-class OptionError(ValueError):
+class CallbackOptionError(ValueError):
     """The callback's options or the app's config cannot make a card (one sentence)."""
 
 
@@ -75,15 +75,15 @@ def planned_seeds(config: DictConfig, seed_key: str = "seed") -> list[int]:
     if spec is None:
         value = OmegaConf.select(config, seed_key)
         if not is_int(value):
-            raise OptionError(f"The seed '{seed_key}' must be an integer, not {value!r}.")
+            raise CallbackOptionError(f"The seed '{seed_key}' must be an integer, not {value!r}.")
         return [value]
     try:
         override = OverridesParser.create().parse_overrides([spec])[0]
         values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
     except Exception as exc:  # noqa: BLE001 - Hydra's parser errors
-        raise OptionError(f"Cannot read the seeds of '{spec}': {one_line(exc)}") from None
+        raise CallbackOptionError(f"Cannot read the seeds of '{spec}': {one_line(exc)}") from None
     if not values or not all(is_int(v) for v in values):
-        raise OptionError(f"The seed values must be integers, not {spec.split('=', 1)[1]}.")
+        raise CallbackOptionError(f"The seed values must be integers, not {spec.split('=', 1)[1]}.")
     return [int(v) for v in values]
 
 
@@ -131,7 +131,7 @@ def n_recipes(config: DictConfig, seed_key: str) -> int | None:
 def launched_seeds(config: DictConfig, seed_key: str, sweep) -> list[int]:
     try:
         return planned_seeds(config, seed_key)  # after a resume: the seeds left to run
-    except OptionError:
+    except CallbackOptionError:
         return list(sweep.planned_seeds)
 
 
