@@ -145,10 +145,6 @@ class SensitivityRow:
     def verdict_changes(self) -> bool:
         return self.verdict != self.verdict_variant
 
-    @property
-    def status_changes(self) -> bool:
-        return self.status != self.status_variant
-
 
 def threshold_sensitivity(results: Sequence[AcceptanceResult], labels: Sequence[str]) -> tuple[SensitivityRow, ...]:
     """Every cell re-read at a 68 % interval for (a), a one-SE paired-only screen for (b), and
