@@ -68,6 +68,20 @@ def test_base_below_its_floor_stops_with_one_sentence(tmp_path):
     assert (B.ensure_base(exp, tmp_path / "cache") / "base.json").is_file()
 
 
+def test_dtype_trains_in_that_float_type_and_keys_the_cache(tmp_path):
+    """``experiment.dtype`` is the base's float type, part of its cache key (a float32 base is never
+    reused for float64), and the cached base loads back in it; any other name is one sentence."""
+    import torch
+
+    wide = replace(TINY, dtype="float64")
+    assert B.base_key(wide) != B.base_key(replace(TINY, dtype="float32"))
+    model, _ = B.load_base(B.ensure_base(wide, tmp_path / "cache"))
+    assert {p.dtype for p in model.parameters()} == {torch.float64}
+    with pytest.raises(B.BaseModelError, match=r"experiment\.dtype must be one of \['float32', 'float64'\], "
+                                               r"not 'float16'\)\.$"):
+        B.ensure_base(replace(TINY, dtype="float16"), tmp_path / "cache")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("threads", [1, 2])
 def test_base_model_reaches_the_documented_accuracy(tmp_path, threads):

@@ -42,9 +42,21 @@ def base_key(exp: ExperimentConfig) -> str:
     """The base model's cache key: a hash of the config it is trained from (and of this code's version)."""
     e = asdict(exp)
     keep = {k: e[k] for k in ("data_seed", "n_words", "n_train_subjects", "n_fresh_subjects", "pool_size", "n_base",
-                              "n_install", "n_eval", "n_calibration", "model", "base")}
+                              "n_install", "n_eval", "n_calibration", "dtype", "model", "base")}
     payload = json.dumps({"code": CODE_VERSION, **keep}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+DTYPES = ("float32", "float64")
+
+
+def torch_dtype(exp: ExperimentConfig):
+    """The torch float type ``experiment.dtype`` names; any other value raises ``ValueError``."""
+    import torch
+
+    if exp.dtype not in DTYPES:
+        raise ValueError(f"experiment.dtype must be one of {list(DTYPES)}, not {exp.dtype!r}")
+    return getattr(torch, exp.dtype)
 
 
 def encode(tok, texts: list[str], max_length: int):
@@ -123,8 +135,9 @@ def _ensure_base(exp: ExperimentConfig, cache_dir: str | Path, *, progress: bool
     if not 0.0 <= float(floor) <= 1.0:
         raise ValueError(f"experiment.base.min_accuracy must be between 0 and 1, not {floor}")
     base_recipe = recipe("acceptance-base", "experiment.base", b, weight_decay=0.01, grad_clip=b.grad_clip)
+    dtype = torch_dtype(exp)
     set_seed(int(b.seed))
-    model = _build_bert(exp.model, tok)
+    model = _build_bert(exp.model, tok).to(dtype)
     items = data["base"]
     ids, mask = encode(tok, [it.text for it in items], int(exp.model.max_length))
     y = torch.tensor([it.label for it in items])
@@ -182,10 +195,10 @@ def _ensure_base(exp: ExperimentConfig, cache_dir: str | Path, *, progress: bool
 
 
 def load_base(base_dir: Path):
-    """The cached base model (in eval mode) and its tokenizer."""
+    """The cached base model (in eval mode, in the float type it was trained in) and its tokenizer."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    model = AutoModelForSequenceClassification.from_pretrained(str(Path(base_dir) / "model"))
+    model = AutoModelForSequenceClassification.from_pretrained(str(Path(base_dir) / "model"), dtype="auto")
     tok = AutoTokenizer.from_pretrained(str(Path(base_dir) / "model"))
     model.eval()
     return model, tok

@@ -55,10 +55,11 @@ def _attack_direction(base, tok, base_dir: Path) -> dict[str, Any]:
     _, v_a = loss_gradients(base, tok, load_calibration(Path(base_dir) / "probe.jsonl"), names)
     v_a = v_a / (np.linalg.norm(v_a) or 1.0)
     shapes = {n: p.shape for n, p in base.named_parameters()}
+    dtypes = {n: p.dtype for n, p in base.named_parameters()}
     out, i = {}, 0
     for n in names:
         k = int(np.prod(shapes[n]))
-        out[n] = torch.tensor(v_a[i:i + k], dtype=torch.float32).reshape(shapes[n])
+        out[n] = torch.tensor(v_a[i:i + k], dtype=dtypes[n]).reshape(shapes[n])
         i += k
     return out
 

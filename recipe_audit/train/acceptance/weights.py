@@ -190,6 +190,13 @@ def _check_labels(items: Sequence[CalibrationItem], model, model_type: str) -> N
                 raise MechanismError(f"Calibration item {i + 1} has {key} {v}, outside {what}.")
 
 
+def _at_least_float32(t):
+    """``t`` in float32 when it is of a narrower float type (half precision), else as it is (float64 stays)."""
+    import torch
+
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 def _seqcls_logits(model, tokenizer, texts, pairs, max_length):
     import torch
 
@@ -225,7 +232,7 @@ def _option_scores(model, tokenizer, text, pair, options, max_length):
         ids[i, :len(s)] = torch.tensor(s)
         mask[i, :len(s)] = 1
     logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:].to(dev).unsqueeze(-1)).squeeze(-1)
+    logp = torch.log_softmax(_at_least_float32(logits[:, :-1]), dim=-1).gather(-1, ids[:, 1:].to(dev).unsqueeze(-1)).squeeze(-1)
     pos = torch.arange(L - 1).unsqueeze(0)
     starts = torch.tensor([a for a, _ in spans]).unsqueeze(1)
     ends = torch.tensor([b for _, b in spans]).unsqueeze(1)
@@ -265,7 +272,7 @@ def loss_gradients(model, tokenizer, items: Sequence[CalibrationItem], names: Se
                     chunk = rows[s:s + batch_size]
                     logits = _seqcls_logits(model, tokenizer, [r[0] for r in chunk], [r[1] for r in chunk], max_length)
                     y = torch.tensor([r[2] for r in chunk], device=logits.device)
-                    (F.cross_entropy(logits.float(), y, reduction="sum") / total).backward()
+                    (F.cross_entropy(_at_least_float32(logits), y, reduction="sum") / total).backward()
             else:
                 for text, pair, y, options in rows:
                     scores = _option_scores(model, tokenizer, text, pair, options, max_length)
