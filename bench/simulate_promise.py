@@ -41,7 +41,8 @@ Two further tables check the choices made *after looking* (docs/family_and_anyti
 Each probability is computed exactly (binomial sums, and a forward recursion over the looks) and
 by simulation beside it (vectorised draws of every rerun).
 
-Run: ``python bench/simulate_promise.py`` (about 25 s on 2 cores; ``--quick`` for a smoke run).
+Run: ``python bench/simulate_promise.py`` (about a minute of CPU time; ``--quick`` for a smoke run,
+``--only-after-looking`` for the last two tables alone, a second or two).
 """
 
 from __future__ import annotations

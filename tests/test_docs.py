@@ -69,3 +69,64 @@ def test_the_tests_development_md_names_exist():
             if name not in {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}:
                 missing.append(f"{current.relative_to(REPO)}::{name}")
     assert missing == []
+
+
+def _bench(monkeypatch, name: str):
+    import importlib
+
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    return importlib.import_module(name)
+
+
+def _floor_tables(slow: bool):
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import floors
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    return [pytest.param(page, table, id=table.__name__, marks=[pytest.mark.slow] if slow else [])
+            for page, tables in floors.TABLES.items() for table in tables
+            if (table.__name__ == "band_table") == slow]
+
+
+@pytest.mark.parametrize(("page", "table"), _floor_tables(slow=False) + _floor_tables(slow=True))
+def test_the_floor_tables_are_the_ones_bench_floors_prints(page, table):
+    """Every floor table in the docs is, cell for cell, what ``python bench/floors.py`` prints (the
+    floors are exact: any machine prints the same), and the page names the command beside it. The
+    band's floors take seconds to search: that table is checked with the slow tests."""
+    text = (REPO / page).read_text()
+    assert "python bench/floors.py" in text, page
+    assert table() in text, f"{page}: the table differs from python bench/floors.py's:\n{table()}"
+
+
+def test_the_after_looking_tables_are_the_ones_simulate_promise_prints(monkeypatch, capsys):
+    """docs/family_and_anytime.md's tables of the best of M and of seeds added until the card looks
+    good are what ``python bench/simulate_promise.py --only-after-looking`` prints: the exact
+    probabilities and the seeded simulation beside them (about a second)."""
+    sim = _bench(monkeypatch, "simulate_promise")
+    monkeypatch.setattr("sys.argv", ["simulate_promise.py", "--only-after-looking"])
+    assert sim.main() == 0
+    tables = [block for block in capsys.readouterr().out.split("\n\n") if block.startswith("| ")]
+    assert len(tables) == 3
+    text = (REPO / "docs" / "family_and_anytime.md").read_text()
+    assert "python bench/simulate_promise.py --only-after-looking" in text
+    for table in tables:
+        assert table in text, f"docs/family_and_anytime.md differs from the command's table:\n{table}"
+
+
+@pytest.mark.slow
+def test_the_promise_tables_are_the_ones_simulate_promise_prints(monkeypatch, capsys):
+    """docs/guide/stop-early.md's two tables of the simulated promise (N = 59 and N = 120) are what
+    ``python bench/simulate_promise.py`` prints (seeded; about a minute of CPU)."""
+    sim = _bench(monkeypatch, "simulate_promise")
+    monkeypatch.setattr("sys.argv", ["simulate_promise.py"])
+    assert sim.main() == 0
+    out = capsys.readouterr().out
+    head = out[:out.index("## Choosing after looking")]
+    tables = [block for block in head.split("\n\n") if block.startswith("| ")]
+    assert len(tables) == 2
+    text = (REPO / "docs" / "guide" / "stop-early.md").read_text()
+    for table in tables:
+        assert table in text, f"docs/guide/stop-early.md differs from the command's table:\n{table}"
