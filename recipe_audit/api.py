@@ -249,13 +249,13 @@ def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[f
                       recipe_id=recipe_id, sweep_id=sweep_id,
                       planned_seeds=None if planned_seeds is None else tuple(planned_seeds))
     # what only the store knows, checked as the command line checks it: one read, then the card
-    frame = read_card_runs(req)
+    runs = read_card_runs(req, opts)
     notes = check.store(uri, experiment, [metric], seed_key=req.seed_key, group_by=list(group_by),
                         taus=opts.taus, higher_is_better=opts.higher_is_better,
-                        audits_named=default_metric, frame=frame)
+                        audits_named=default_metric, frame=runs.frame)
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=2)
-    return Card(compute_card(req, opts, frame=frame))
+    return Card(compute_card(req, opts, runs=runs))
 
 
 def _column(frame: pd.DataFrame, name: str, what: str, prefixes: Sequence[str]) -> str:

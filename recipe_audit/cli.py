@@ -255,20 +255,20 @@ def cmd_card(a: argparse.Namespace) -> int:
             audits = [*audits, *(x for x in scored_audit_sets(req) if x not in audits)]
             metrics = [keys.accuracy_key(x) for x in audits]
     # what only the store knows: one read (for one metric, the read the card itself is computed from)
-    frame = None
+    runs = None
     if not shift:
         from recipe_audit.release.compute import read_card_runs
 
-        frame = read_card_runs(req)
+        runs = read_card_runs(req, opts)
     notes = check.store(uri, a.experiment_name, metrics, seed_key=a.seed_key, group_by=a.group_by, taus=taus,
                         higher_is_better=not a.lower_is_better, audits_named=bool(audits) or not a.metric,
-                        frame=frame)
+                        frame=None if runs is None else runs.frame)
     if shift:
         doc = compute_shift_card(req, opts, audits, split_audit=a.split_audit,
                                  responsiveness=a.responsiveness, n_splits=a.splits)
     else:
         doc = compute_card(req, opts, split_audit=a.split_audit, responsiveness=a.responsiveness,
-                           n_splits=a.splits, frame=frame)
+                           n_splits=a.splits, runs=runs)
     out = CardOutput(doc)  # each file rendered once, for --out and --log-run alike
     try:
         files = out.write(a.out) if a.out else None

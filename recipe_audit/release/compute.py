@@ -43,16 +43,62 @@ def _metric_name(metric: str) -> str:
     return metric[len("metrics."):] if metric.startswith("metrics.") else metric
 
 
-def read_card_runs(req: CardRequest):
-    """The runs of ``req`` as :func:`compute_cards` reads them (one ``read_runs``: the metric, the
-    seed, group and extra keys); raises ``QueryError``. The params that describe the recipe are
-    read afterwards for one run per cell (:func:`_summary_params`), not for every rerun."""
+@dataclass(frozen=True)
+class _Cells:
+    """The cells a card is computed for, resolved from the runs read (before their recipes'
+    params are looked at): the runs the card is about, every run read, the family's recipe
+    identities, the rerun sets and each set's rows."""
+
+    frame: Any  # the runs of the card (recipe_id and sweep_id applied)
+    everything: Any  # every run read
+    family_ids: list[str]
+    sets: list[Any]
+    rows_of: list[Any]
+
+    @property
+    def first_runs(self) -> list[str]:
+        """The run whose params describe each cell's recipe: its first chosen run."""
+        return [rows["run_id"].iloc[0] for rows in self.rows_of if len(rows)]
+
+
+@dataclass(frozen=True)
+class CardRuns:
+    """What a card reads of the store, in one read (:func:`read_card_runs`): the runs (``frame``,
+    which the command line's checks look at too), the card's cells resolved from them while they
+    were read (or the ``CardError`` that refuses them, raised when the card is computed) and, in
+    ``frame.attrs["params"]``, the :data:`SUMMARY_PARAMS` of each cell's first chosen run.
+
+    ``CardRuns(frame)`` with no cells: runs read otherwise (the release gate's history, carrying
+    the params as ``params.X`` columns); the cells are resolved when the card is computed."""
+
+    frame: Any
+    cells: _Cells | CardError | None = None
+
+
+def read_card_runs(req: CardRequest, opts: CardOptions) -> CardRuns:
+    """The runs of ``req`` and the params that describe each cell's recipe, in one read of the
+    store (:func:`~recipe_audit.store.read.read_runs`: the metric, the seed, group and extra keys
+    of every run; on SQL stores in one snapshot). The cells are resolved from the runs inside that
+    read, so the params are read for each cell's first chosen run only: reading them with every
+    rerun costs more than the card at 100,000 reruns. Raises ``QueryError``."""
     from recipe_audit.store.read import read_runs
+
+    resolved: list[_Cells | CardError] = []
+
+    def first_runs(frame) -> list[str]:
+        try:
+            resolved.append(_resolve(req, opts, frame))
+        except CardError as exc:  # said when the card is computed, after what the caller checks
+            resolved.append(exc)
+            return []
+        return resolved[-1].first_runs
 
     extra = ["tags." + keys.TAG_SWEEP_ID, _SCORED_ON]
     # an audit set no rerun was scored on is a question for refused-shift cells, not an error
-    return read_runs(req.tracking_uri, req.experiment, [_metric_name(req.metric)], seed_key=req.seed_key,
-                     group_by=list(req.group_by), extra_keys=extra, require_metrics=False)
+    frame = read_runs(req.tracking_uri, req.experiment, [_metric_name(req.metric)], seed_key=req.seed_key,
+                      group_by=list(req.group_by), extra_keys=extra, require_metrics=False,
+                      params=SUMMARY_PARAMS, params_of=first_runs)
+    return CardRuns(frame, resolved[-1])
 
 
 def compute_cards(req: CardRequest, opts: CardOptions, **kwargs: Any) -> dict[str, Any]:
@@ -62,22 +108,58 @@ def compute_cards(req: CardRequest, opts: CardOptions, **kwargs: Any) -> dict[st
 
 def compute_card(req: CardRequest, opts: CardOptions, *, split_audit: bool = False,
                  responsiveness: bool = False, n_splits: int = 1000, rng_seed: int = 0,
-                 frame=None) -> RecipeCard:
-    """The recipe card for every cell of ``req`` at every τ of ``opts``. ``frame``: the runs,
-    when the caller has read them already with :func:`read_card_runs` ``(req)`` (else read here).
+                 runs: CardRuns | None = None) -> RecipeCard:
+    """The recipe card for every cell of ``req`` at every τ of ``opts``. ``runs``: what the caller
+    has read already with :func:`read_card_runs` ``(req, opts)`` (else read here).
 
-    What it reads of the store: the runs once, with their sweeps' tags (the curtailment records
-    among them; :func:`read_card_runs`), and the few params that describe each recipe in one point
-    read of one run per cell (:func:`_summary_params`: reading them with every rerun costs more
-    than the card at 100,000 reruns). Everything else is computed from those."""
+    What it reads of the store: one read (:func:`read_card_runs`): the runs with their sweeps'
+    tags (the curtailment records among them) and the few params that describe each recipe, for
+    one run per cell. Everything else is computed from those."""
+    from recipe_audit.reruns import QueryError
+
+    try:
+        if runs is None:
+            runs = read_card_runs(req, opts)
+    except QueryError as exc:
+        raise CardError(str(exc)) from None
+    cells_read = runs.cells if runs.cells is not None else _resolve(req, opts, runs.frame)
+    if isinstance(cells_read, CardError):
+        raise cells_read
+    frame = cells_read.frame
+    params_of = _summary_params(runs.frame, cells_read.first_runs)
+    cells: list[Cell] = []
+    for rs, rows in zip(cells_read.sets, cells_read.rows_of, strict=True):
+        params = params_of[rows["run_id"].iloc[0]] if len(rows) else {}
+        cells.append(_shift_checked(cell_from_rerun_set(rs, summarise_recipe(params)), rows[_SCORED_ON]))
+    source = {
+        "tracking_uri": frame.attrs.get("uri"), "experiment": req.experiment, "metric": _metric_name(req.metric),
+        "seed_key": req.seed_key, "group_by": list(req.group_by), "recipe_id": req.recipe_id,
+        "sweep_id": req.sweep_id, "read_path": frame.attrs.get("path"),
+        "planned_seeds": None if req.planned_seeds is None else list(req.planned_seeds),
+        "family_recipe_ids": cells_read.family_ids,
+    }
+    from recipe_audit.cards.curtail import apply_curtailment, sweep_parents
+    from recipe_audit.store.curtailment import curtailment_records
+
+    # unlaunched seeds are not failures (the records were read with the runs, on their sweeps' runs)
+    records = curtailment_records(req.tracking_uri, cells_read.everything.attrs.get("curtailment", {}),
+                                  sweep_parents(cells))
+    cells = apply_curtailment(cells, records)
+    card = build_card(cells, opts, source)
+    if split_audit or responsiveness:
+        sections = _split_audit(cells, opts, split_audit, responsiveness, n_splits, rng_seed)
+        if sections:
+            card = card.updated(**sections).sealed()  # the digest covers the split audit too
+    return card
+
+
+def _resolve(req: CardRequest, opts: CardOptions, frame) -> _Cells:
+    """The cells of the card of ``req`` from the runs ``frame`` (every run read); raises
+    ``CardError`` when they make no card (no run logged the metric, no run of the recipe or
+    sweep asked for, reruns that cannot be resolved, group keys that mix recipes)."""
     from recipe_audit.reruns import QueryError, collect_reruns
 
     metric = _metric_name(req.metric)
-    try:
-        if frame is None:
-            frame = read_card_runs(req)
-    except QueryError as exc:
-        raise CardError(str(exc)) from None
     if not frame[f"logged[{metric}]"].any() and not frame[_SCORED_ON].notna().any():
         why = frame.attrs["unlogged"].get(metric) if "unlogged" in frame.attrs else _why_unlogged(req, metric)
         if why:
@@ -101,31 +183,8 @@ def compute_card(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fal
     except QueryError as exc:
         raise CardError(str(exc)) from None
     _refuse_mixed_groups(sets, req)
-    cells: list[Cell] = []
     rows_of = [frame[frame["run_id"].isin([r for r in rs.run_ids if r])] for rs in sets]
-    params_of = _summary_params(req, frame, [rows["run_id"].iloc[0] for rows in rows_of if len(rows)])
-    for rs, rows in zip(sets, rows_of, strict=True):
-        params = params_of[rows["run_id"].iloc[0]] if len(rows) else {}
-        cells.append(_shift_checked(cell_from_rerun_set(rs, summarise_recipe(params)), rows[_SCORED_ON]))
-    source = {
-        "tracking_uri": frame.attrs.get("uri"), "experiment": req.experiment, "metric": metric,
-        "seed_key": req.seed_key, "group_by": list(req.group_by), "recipe_id": req.recipe_id,
-        "sweep_id": req.sweep_id, "read_path": frame.attrs.get("path"),
-        "planned_seeds": None if req.planned_seeds is None else list(req.planned_seeds),
-        "family_recipe_ids": family_ids,
-    }
-    from recipe_audit.cards.curtail import apply_curtailment, sweep_parents
-    from recipe_audit.store.curtailment import curtailment_records
-
-    # unlaunched seeds are not failures (the records were read with the runs, on their sweeps' runs)
-    records = curtailment_records(req.tracking_uri, everything.attrs.get("curtailment", {}), sweep_parents(cells))
-    cells = apply_curtailment(cells, records)
-    card = build_card(cells, opts, source)
-    if split_audit or responsiveness:
-        sections = _split_audit(cells, opts, split_audit, responsiveness, n_splits, rng_seed)
-        if sections:
-            card = card.updated(**sections).sealed()  # the digest covers the split audit too
-    return card
+    return _Cells(frame, everything, family_ids, sets, rows_of)
 
 
 _SCORED_ON = "tags." + keys.TAG_AUDIT_SETS
@@ -145,23 +204,19 @@ def _why_unlogged(req: CardRequest, metric: str) -> str | None:
     return None
 
 
-def _summary_params(req: CardRequest, frame, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+def _summary_params(frame, run_ids: list[str]) -> dict[str, dict[str, Any]]:
     """``{run id: {param: value or None}}`` of the :data:`SUMMARY_PARAMS` of ``run_ids`` (each
-    cell's first chosen run): from ``frame`` when it carries them as ``params.X`` columns, else one
-    point read of those runs: reading them for every rerun grows with the experiment, and the
-    summary needs one run per cell."""
-    from recipe_audit.reruns import QueryError
-    from recipe_audit.store.read import read_params
-
+    cell's first chosen run), from what the read put in ``frame``: ``frame.attrs["params"]``
+    (:func:`read_card_runs`) or ``params.X`` columns (the gate's history). Nothing is read here."""
+    found = frame.attrs.get("params")
+    if found is not None and all(r in found for r in run_ids):
+        return {r: {p: found[r].get(p) for p in SUMMARY_PARAMS} for r in run_ids}
     columns = [f"params.{p}" for p in SUMMARY_PARAMS]
-    if all(c in frame.columns for c in columns):
-        rows = frame[frame["run_id"].isin(run_ids)].drop_duplicates("run_id").set_index("run_id")
-        return {r: {p: rows.at[r, c] for p, c in zip(SUMMARY_PARAMS, columns, strict=True)} for r in run_ids}
-    try:
-        found = read_params(req.tracking_uri, run_ids, SUMMARY_PARAMS)
-    except QueryError as exc:
-        raise CardError(str(exc)) from None
-    return {r: {p: found.get(r, {}).get(p) for p in SUMMARY_PARAMS} for r in run_ids}
+    if not all(c in frame.columns for c in columns):
+        raise TypeError("The runs were read without the params that describe each recipe "
+                        "(read them with read_card_runs, or as params.X columns).")
+    rows = frame[frame["run_id"].isin(run_ids)].drop_duplicates("run_id").set_index("run_id")
+    return {r: {p: rows.at[r, c] for p, c in zip(SUMMARY_PARAMS, columns, strict=True)} for r in run_ids}
 
 
 def _shift_checked(cell: Cell, scored_on) -> Cell:

@@ -242,14 +242,14 @@ def _fails(v: float, tau: float, hib: bool) -> bool:
 def recompute(tracking_uri: str, experiment: str, recipe_id: str, policy: GatePolicy) -> Evidence:
     """The gate's card entry for ``recipe_id`` at the policy's bar, recomputed from the store's
     history of ``experiment`` (module docstring). ``RegistryError`` when the store cannot give it."""
-    from recipe_audit.release.compute import CardRequest, compute_card
+    from recipe_audit.release.compute import SUMMARY_PARAMS, CardRequest, CardRuns, compute_card
     from recipe_audit.reruns import QueryError
     from recipe_audit.store.history import read_history
 
     tau, hib, metric = policy.tau, policy.higher_is_better, policy.metric
     try:
         hist = read_history(tracking_uri, experiment, metric, seed_key=policy.seed_key,
-                            fails_tag=keys.fails_tag(metric, tau))
+                            fails_tag=keys.fails_tag(metric, tau), params=SUMMARY_PARAMS)
     except QueryError as exc:
         raise RegistryError(f"The gate cannot read the reruns of experiment '{experiment}': "
                             f"{str(exc).rstrip('.')}.") from None
@@ -311,7 +311,7 @@ def recompute(tracking_uri: str, experiment: str, recipe_id: str, policy: GatePo
     opts = CardOptions.from_config(taus=[tau], eps=policy.max_eps, delta=policy.max_delta, higher_is_better=hib,
                                    family_size=len(family) if policy.family is not None else None)
     try:
-        card = compute_card(req, opts, frame=frame)
+        card = compute_card(req, opts, runs=CardRuns(frame))
     except CardError as exc:
         return Evidence(None, refusal=f"the card cannot be recomputed from the store: {str(exc).rstrip('.')}",
                         counted_failing=tuple(counted), **base)

@@ -18,6 +18,7 @@ Everything goes through :class:`mlflow.tracking.MlflowClient` (any tracking URI)
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,10 +82,10 @@ def _planned(value: str | None) -> tuple[int, ...] | None:
 
 
 def read_history(tracking_uri: str, experiment: str, metric: str, *, seed_key: str = "tags." + keys.TAG_SEED,
-                 fails_tag: str | None = None) -> History:
+                 fails_tag: str | None = None, params: Sequence[str] = ()) -> History:
     """Every rerun of ``experiment`` (deleted ones included) with ``metric`` as it was when the run
-    ended, the rewrites of it, the tag ``fails_tag`` (a column ``fails_tag``) and the sweeps'
-    recorded directions. Raises ``QueryError`` (one sentence) for an unknown experiment, an
+    ended, the rewrites of it, the tag ``fails_tag`` (a column ``fails_tag``), the params ``params``
+    (a column ``params.X`` each, None where not logged) and the sweeps' recorded directions. Raises ``QueryError`` (one sentence) for an unknown experiment, an
     experiment without reruns, or a rerun without its seed."""
     from mlflow.tracking import MlflowClient
 
@@ -140,6 +141,7 @@ def read_history(tracking_uri: str, experiment: str, metric: str, *, seed_key: s
             "lifecycle_stage": info.lifecycle_stage,
             "fails_tag": tags.get(fails_tag) if fails_tag else None,
             "history": tuple(float(m.value) for m in history if _while_open(info, m)),
+            **{f"params.{p}": r.data.params.get(p) for p in params},
         })
     frame = pd.DataFrame(rows)
     frame["start_time"] = frame["start_time"].astype("Int64")

@@ -29,7 +29,7 @@ contract every reader of the store relies on (names, dtypes, seed parsing, order
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,6 +150,8 @@ def read_runs(
     backend: str = AUTO,
     require_seed: bool = True,
     require_metrics: bool = True,
+    params: Sequence[str] = (),
+    params_of: Callable[[pd.DataFrame], Iterable[str]] | None = None,
 ) -> pd.DataFrame:
     """One row per lifecycle-active run of ``experiment_name``, with the requested values only.
 
@@ -181,6 +183,11 @@ def read_runs(
             False such a metric is an all-NaN column with ``logged`` False (a card on an audit set
             no recipe was scored on is then refused per cell: a card is valid only
             for the audit set it was computed on).
+        params, params_of: the params ``params`` of a few runs only, read with the runs (on SQL
+            stores in the same snapshot): ``params_of(frame)`` is called with the finished frame
+            and names the runs; their values land in ``frame.attrs["params"]`` as
+            ``{run id: {name: value}}`` (a name a run did not log is left out). Reading a param
+            as a ``params.X`` key instead reads it for every run.
 
     Returns:
         A DataFrame sorted by (start_time, run_id), with columns ``run_id``, ``run_name``,
@@ -218,33 +225,47 @@ def read_runs(
 
     if backend == AUTO:
         backend = "sql" if is_sql_uri(uri) else "rest" if is_http_uri(uri) else "client"
+    wanted = (tag_names, param_names, metric_all, attr_names)
+
+    def frame_of(raw: RawRuns) -> pd.DataFrame:
+        frame = _frame(
+            raw, experiment_name, metric_names, seed, [*group_keys, *extra], filter_kind, require_seed,
+            require_metrics,
+        )
+        frame.attrs.update(
+            experiment=experiment_name,
+            experiment_id=raw.experiment_id,
+            uri=redact(uri),
+            metric_keys=tuple(metric_names),
+            seed_key=seed.text,
+            group_by=tuple(k.text for k in group_keys),
+            extra_keys=tuple(k.text for k in extra),
+            path=backend,
+        )
+        return frame
+
+    def with_params(frame: pd.DataFrame, read: Callable[[list[str]], dict[str, dict[str, str]]]) -> pd.DataFrame:
+        if params_of is not None:
+            run_ids = list(dict.fromkeys(params_of(frame)))
+            frame.attrs["params"] = read(run_ids) if run_ids and params else {r: {} for r in run_ids}
+        return frame
+
     if backend == "sql":
         if not is_sql_uri(uri):
             raise QueryError(f"The SQL path needs a database URI, not {redact(uri)}.")
-        raw = read_sql.read_sql(uri, experiment_name, tag_names, param_names, metric_all, attr_names)
-    elif backend == "rest":
+        with read_sql.snapshot(uri, experiment_name) as conn:  # the runs and their params as the store was at one moment
+            frame = frame_of(read_sql.read_sql(uri, experiment_name, *wanted, conn))
+            return with_params(frame, lambda ids: read_sql.read_params(uri, ids, params, conn))
+    if backend == "rest":
         if not is_http_uri(uri):
             raise QueryError(f"The REST path needs an http(s) tracking server URI, not {redact(uri)}.")
-        raw = read_client.read_rest(uri, experiment_name, tag_names, param_names, metric_all, attr_names)
+        raw = read_client.read_rest(uri, experiment_name, *wanted)
     elif backend == "client":
-        raw = read_client.read_client(uri, experiment_name, tag_names, param_names, metric_all, attr_names)
+        raw = read_client.read_client(uri, experiment_name, *wanted)
     else:
         raise QueryError(f"Unknown backend {backend!r}; use 'auto', 'sql', 'rest' or 'client'.")
-    frame = _frame(
-        raw, experiment_name, metric_names, seed, [*group_keys, *extra], filter_kind, require_seed,
-        require_metrics,
-    )
-    frame.attrs.update(
-        experiment=experiment_name,
-        experiment_id=raw.experiment_id,
-        uri=redact(uri),
-        metric_keys=tuple(metric_names),
-        seed_key=seed.text,
-        group_by=tuple(k.text for k in group_keys),
-        extra_keys=tuple(k.text for k in extra),
-        path=backend,
-    )
-    return frame
+    # MLflow params cannot change once logged: read after the runs, they are the runs' own
+    return with_params(frame_of(raw), lambda ids: read_client.read_params(uri, ids, params))
 
 
 def read_params(

@@ -15,7 +15,8 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from recipe_audit import keys
 from recipe_audit.reruns import QueryError
 from recipe_audit.store.raw_runs import ATTRIBUTES, RawRuns, floats, objects, redact
 
-__all__ = ["SCAN_SHARE", "clear_engine_cache", "read_params", "read_sql", "sql_joins", "sqlite_scan"]
+__all__ = ["SCAN_SHARE", "clear_engine_cache", "read_params", "read_sql", "snapshot", "sql_joins", "sqlite_scan"]
 
 _ID_CHUNK = 500  # run ids per IN (...) list
 _JOINS_PER_QUERY = 40  # LEFT JOINs per SELECT (SQLite allows 64 tables in a join)
@@ -122,6 +123,34 @@ def _experiment_has_workspace(engine: Any, uri: str) -> bool:
     return _HAS_WORKSPACE[uri]
 
 
+@contextmanager
+def snapshot(uri: str, experiment_name: str | None = None) -> Iterator[Any]:
+    """One connection to the store at ``uri`` reading one snapshot (one transaction): what is read
+    through it, in any number of queries, is the store as it was at one moment. The database's
+    errors become ``QueryError`` (one sentence); a SQLite file that does not exist is said so
+    (naming ``experiment_name``, the one looked for) and not created."""
+    import sqlalchemy as sa
+
+    if uri.lower().startswith("sqlite"):
+        database = sa.engine.make_url(uri).database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            if not os.path.exists(database):
+                looked_for = f"No experiment named {experiment_name!r}" if experiment_name else "No MLflow store"
+                raise QueryError(f"{looked_for} in {redact(uri)} (no such file).")
+    try:
+        engine = _engine(uri)
+    except (ImportError, sa.exc.ArgumentError) as exc:
+        raise QueryError(f"Cannot open {redact(uri)}: {exc}.") from exc
+    try:
+        with engine.connect() as conn:
+            yield conn
+    except QueryError:
+        raise
+    except (sa.exc.SQLAlchemyError, sqlite3.Error) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise QueryError(f"Cannot read MLflow's tables in {redact(uri)}: {first}.") from exc
+
+
 def read_sql(
     uri: str,
     experiment_name: str,
@@ -129,59 +158,49 @@ def read_sql(
     param_names: list[str],
     metric_names: list[str],
     attr_names: list[str],
+    conn: Any = None,
 ) -> RawRuns:
-    """Read through MLflow's tables: experiment, one wide SELECT, then the few parents and errors."""
+    """Read through MLflow's tables: experiment, one wide SELECT, then the few parents and errors;
+    through ``conn`` (a :func:`snapshot`) when given, else in a snapshot of its own."""
     import sqlalchemy as sa
 
-    if uri.lower().startswith("sqlite"):
-        database = sa.engine.make_url(uri).database
-        if database and database != ":memory:" and not database.startswith("file:"):
-            if not os.path.exists(database):
-                raise QueryError(f"No experiment named {experiment_name!r} in {redact(uri)} (no such file).")
-    try:
-        engine = _engine(uri)
-    except (ImportError, sa.exc.ArgumentError) as exc:
-        raise QueryError(f"Cannot open {redact(uri)}: {exc}.") from exc
+    if conn is None:
+        with snapshot(uri, experiment_name) as own:
+            return read_sql(uri, experiment_name, tag_names, param_names, metric_names, attr_names, own)
+    engine = _engine(uri)
     t = _sql_tables()
-    try:
-        with engine.connect() as conn:
-            exp = t["experiments"]
-            where = [exp.c.name == experiment_name]
-            if _experiment_has_workspace(engine, uri):
-                where.append(sa.column("workspace") == _active_workspace())
-            found = conn.execute(sa.select(exp.c.experiment_id, exp.c.lifecycle_stage).where(*where)).all()
-            if not found:
-                raise QueryError(f"No experiment named {experiment_name!r} in {redact(uri)}.")
-            experiment_id, stage = found[0]
-            if stage != "active":
-                raise QueryError(f"Experiment {experiment_name!r} in {redact(uri)} is deleted.")
-            raw = RawRuns(str(experiment_id), {}, keys_of=lambda kind, ids: _keys_of_runs(uri, kind, ids))
-            scanned = uri.lower().startswith("sqlite") and sqlite_scan(
-                conn, int(experiment_id), tag_names, param_names, metric_names, attr_names, raw
-            )
-            if not scanned:
-                sql_joins(conn, t, int(experiment_id), tag_names, param_names, metric_names, attr_names, raw)
-            run_ids = raw.columns["run_id"]
-            if len(run_ids) == 0:
-                return raw
-            # the rare extras: error tags of runs that did not finish, run names kept only in a tag
-            unfinished = run_ids[raw.columns["status"] != "FINISHED"].tolist()
-            raw.errors = {
-                r: v for r, v in _sql_tag_values(conn, t, unfinished, keys.TAG_ERROR) if v is not None
-            }
-            names = raw.columns["run_name"]
-            nameless = [i for i, n in enumerate(names.tolist()) if not n]
-            if nameless:
-                found_names = dict(_sql_tag_values(conn, t, run_ids[nameless].tolist(), "mlflow.runName"))
-                for i in nameless:
-                    names[i] = found_names.get(run_ids[i], names[i])
-            parent_ids = sorted({p for p in raw.columns[f"tags.{keys.TAG_PARENT}"].tolist() if p})
-            raw.parents, raw.curtailment = _sql_parents(conn, t, parent_ids)
-    except QueryError:
-        raise
-    except (sa.exc.SQLAlchemyError, sqlite3.Error) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise QueryError(f"Cannot read MLflow's tables in {redact(uri)}: {first}.") from exc
+    exp = t["experiments"]
+    where = [exp.c.name == experiment_name]
+    if _experiment_has_workspace(engine, uri):
+        where.append(sa.column("workspace") == _active_workspace())
+    found = conn.execute(sa.select(exp.c.experiment_id, exp.c.lifecycle_stage).where(*where)).all()
+    if not found:
+        raise QueryError(f"No experiment named {experiment_name!r} in {redact(uri)}.")
+    experiment_id, stage = found[0]
+    if stage != "active":
+        raise QueryError(f"Experiment {experiment_name!r} in {redact(uri)} is deleted.")
+    raw = RawRuns(str(experiment_id), {}, keys_of=lambda kind, ids: _keys_of_runs(uri, kind, ids))
+    scanned = uri.lower().startswith("sqlite") and sqlite_scan(
+        conn, int(experiment_id), tag_names, param_names, metric_names, attr_names, raw
+    )
+    if not scanned:
+        sql_joins(conn, t, int(experiment_id), tag_names, param_names, metric_names, attr_names, raw)
+    run_ids = raw.columns["run_id"]
+    if len(run_ids) == 0:
+        return raw
+    # the rare extras: error tags of runs that did not finish, run names kept only in a tag
+    unfinished = run_ids[raw.columns["status"] != "FINISHED"].tolist()
+    raw.errors = {
+        r: v for r, v in _sql_tag_values(conn, t, unfinished, keys.TAG_ERROR) if v is not None
+    }
+    names = raw.columns["run_name"]
+    nameless = [i for i, n in enumerate(names.tolist()) if not n]
+    if nameless:
+        found_names = dict(_sql_tag_values(conn, t, run_ids[nameless].tolist(), "mlflow.runName"))
+        for i in nameless:
+            names[i] = found_names.get(run_ids[i], names[i])
+    parent_ids = sorted({p for p in raw.columns[f"tags.{keys.TAG_PARENT}"].tolist() if p})
+    raw.parents, raw.curtailment = _sql_parents(conn, t, parent_ids)
     return raw
 
 
@@ -416,23 +435,24 @@ def _keys_of_runs(uri: str, kind: str, run_ids: list[str]) -> set[str]:
     return found
 
 
-def read_params(uri: str, run_ids: Sequence[str], names: Sequence[str]) -> dict[str, dict[str, str]]:
+def read_params(
+    uri: str, run_ids: Sequence[str], names: Sequence[str], conn: Any = None
+) -> dict[str, dict[str, str]]:
     """The params ``names`` of each of ``run_ids`` (a name a run did not log is left out): a point
-    read of a few runs, for what is needed of one run per cell only (a card's recipe summary)."""
+    read of a few runs, for what is needed of one run per cell only (a card's recipe summary);
+    through ``conn`` (a :func:`snapshot`, the one the runs were read in) when given."""
     import sqlalchemy as sa
 
+    if conn is None:
+        with snapshot(uri) as own:
+            return read_params(uri, run_ids, names, own)
     table = _sql_tables()["params"]
     out: dict[str, dict[str, str]] = {r: {} for r in run_ids}
     ids = list(out)
-    try:
-        with _engine(uri).connect() as conn:
-            for i in range(0, len(ids), _ID_CHUNK):
-                stmt = sa.select(table.c.run_uuid, table.c.key, table.c.value).where(
-                    table.c.run_uuid.in_(ids[i : i + _ID_CHUNK]), table.c.key.in_(list(names))
-                )
-                for rid, key, value in conn.execute(stmt):
-                    out[rid][key] = value
-    except (sa.exc.SQLAlchemyError, sqlite3.Error) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise QueryError(f"Cannot read MLflow's tables in {redact(uri)}: {first}.") from exc
+    for i in range(0, len(ids), _ID_CHUNK):
+        stmt = sa.select(table.c.run_uuid, table.c.key, table.c.value).where(
+            table.c.run_uuid.in_(ids[i : i + _ID_CHUNK]), table.c.key.in_(list(names))
+        )
+        for rid, key, value in conn.execute(stmt):
+            out[rid][key] = value
     return out

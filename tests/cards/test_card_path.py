@@ -54,12 +54,20 @@ def test_one_card_reads_the_runs_once_and_the_curtailment_record_with_them(store
                           "launched_seeds": list(range(30)), "stopped_early": True, "failures": [0],
                           "reason": "stopped"}]}
     MlflowClient(tracking_uri=store).set_tag(parent, keys.TAG_CURTAILMENT, json.dumps(record))
+    door = Spy(monkeypatch, read, "read_runs")
+    snapshots = Spy(monkeypatch, read_sql, "snapshot")
     runs = Spy(monkeypatch, read_sql, "read_sql")
     params = Spy(monkeypatch, read, "read_params")
     get_run = Spy(monkeypatch, MlflowClient, "get_run")
+    search = Spy(monkeypatch, MlflowClient, "search_runs")
     card = compute.compute_card(compute.CardRequest(experiment="exp", tracking_uri=store),
                                 CardOptions(taus=(0.7, 0.8)))
-    assert (runs.calls, params.calls, get_run.calls) == (1, 1, 0)
+    # one call of the store door, one connection reading one snapshot: the runs and, in the same
+    # read, the params that describe each cell's recipe (no point read of them afterwards)
+    assert (door.calls, snapshots.calls, runs.calls) == (1, 1, 1)
+    assert (params.calls, get_run.calls, search.calls) == (0, 0, 0)
+    assert {e.recipe_summary for e in card.cells} == {"r: None on None, None lr=None None warmup=None, "
+                                                      "None epochs, batch None, full fine-tune"}
     curtailed = [e for e in card.cells if e.curtailment]
     assert {e.recipe_id for e in curtailed} == {"a" * 16}  # the record, read with the runs, was applied
     assert all(e.curtailment.n_planned == 40 for e in curtailed)
@@ -113,3 +121,32 @@ def test_a_reused_card_run_is_not_rendered_again(store, monkeypatch):
     again = CardOutput(card).log(store, "exp")
     assert [c.run_id for c in again] == [c.run_id for c in first] and all(c.reused for c in again)
     assert rendered.calls == 0 and not any(c.reused for c in first)
+
+
+def test_the_command_line_and_the_api_read_the_store_once_for_their_checks_and_the_card(store, tmp_path,
+                                                                                       monkeypatch, capsys):
+    from recipe_audit import api, cli
+
+    synthetic_sweep(store, BIMODAL, recipe_id="a" * 16, extra_params={"recipe.lr": "0.01"})
+    door = Spy(monkeypatch, read, "read_runs")
+    snapshots = Spy(monkeypatch, read_sql, "snapshot")
+    params = Spy(monkeypatch, read, "read_params")
+    assert cli.main(["card", "--experiment-name", "exp", "--tracking-uri", store, "--json",
+                     str(tmp_path / "card.json")]) == 0
+    doc = json.loads((tmp_path / "card.json").read_text())
+    assert (door.calls, snapshots.calls, params.calls) == (1, 1, 0)
+    assert "lr=0.01" in doc["cells"][0]["recipe_summary"]
+    card = api.card("exp", tracking_uri=store)
+    assert (door.calls, snapshots.calls, params.calls) == (2, 2, 0)
+    assert card.cells[0]["recipe_summary"] == doc["cells"][0]["recipe_summary"]
+
+
+def test_the_gate_takes_the_recipe_params_from_its_history_read(store, monkeypatch):
+    from recipe_audit.release.evidence import GatePolicy, recompute
+
+    synthetic_sweep(store, BIMODAL, recipe_id="a" * 16, extra_params={"recipe.lr": "0.01"})
+    params = Spy(monkeypatch, read, "read_params")
+    door = Spy(monkeypatch, read, "read_runs")
+    ev = recompute(store, "exp", "a" * 16, GatePolicy(tau=0.7, metric="accuracy/calibration"))
+    assert (params.calls, door.calls) == (0, 0)
+    assert "lr=0.01" in ev.entry["recipe_summary"]

@@ -263,3 +263,28 @@ def test_read_params_of_a_few_runs_matches_read_runs(rich_store):
     assert read_params(uri, ids, names) == want
     assert read_client.read_params(uri, ids, names) == want  # the client path, as for file stores
     assert read_params(uri, [], names) == {}
+
+
+@pytest.mark.parametrize("backend", ["sql", "client"])
+def test_params_of_a_few_runs_come_with_the_runs(rich_store, backend, monkeypatch):
+    from recipe_audit.store import read_sql
+
+    uri, _ = rich_store
+    names = ["recipe.lr", "model.name", "absent"]
+    every = read_runs(uri, "exp", [METRIC], extra_keys=[f"params.{n}" for n in names[:2]]).set_index("run_id")
+    asked = []
+
+    def pick(frame):  # the finished frame, as the caller will get it
+        asked.append(frame)
+        return frame["run_id"].tolist()[1:3]
+
+    snapshots = []
+    real = read_sql.snapshot
+    monkeypatch.setattr(read_sql, "snapshot", lambda *a: snapshots.append(a) or real(*a))
+    frame = read_runs(uri, "exp", [METRIC], backend=backend, params=names, params_of=pick)
+    ids = frame["run_id"].tolist()[1:3]
+    want = {r: {n: v for n in names[:2] if (v := every.at[r, f"params.{n}"]) is not None} for r in ids}
+    assert any(want.values()) and frame.attrs["params"] == want
+    assert asked[0] is frame and "params.recipe.lr" not in frame.columns  # not read for every run
+    assert len(snapshots) == (1 if backend == "sql" else 0)  # the runs and their params: one snapshot
+    assert "params" not in read_runs(uri, "exp", [METRIC], backend=backend).attrs
