@@ -130,3 +130,30 @@ def test_the_promise_tables_are_the_ones_simulate_promise_prints(monkeypatch, ca
     text = (REPO / "docs" / "guide" / "stop-early.md").read_text()
     for table in tables:
         assert table in text, f"docs/guide/stop-early.md differs from the command's table:\n{table}"
+
+
+def _rule_rows(text: str) -> dict[str, str]:
+    """The common-practice table of a page: rule -> statistic (the first table whose header is
+    ``| rule | statistic | ships at τ = 0.7? |``)."""
+    block = text[text.index("| rule | statistic | ships at τ = 0.7? |"):].split("\n\n")[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in block.splitlines()[2:]]
+    return {r[0]: r[1] for r in rows}
+
+
+def test_the_default_sweeps_numbers_agree_across_pages():
+    """The README, the home page and "Cards and how to read them" state the same 59 reruns of the
+    default recipe (printed at the end of ``python -m recipe_audit -m``): their common-practice
+    tables agree, and U and L are the exact bounds for 6 failures in 59 (``recipe-audit bound -k 6
+    -n 59``), so a page changed alone, or a bound that moved, fails here."""
+    import recipe_audit
+
+    readme = (REPO / "README.md").read_text()
+    cards = (REPO / "docs" / "guide" / "cards.md").read_text()
+    index = (REPO / "docs" / "index.md").read_text()
+    ours, theirs = _rule_rows(readme), _rule_rows(cards)
+    assert len(ours) == 5 and ours == theirs
+    b = recipe_audit.bound(6, 59)
+    u, low = f"{b.upper:.3f}", f"{b.lower:.3f}"
+    assert ours["recipe card: U ≤ ε and N ≥ N_min"] == f"U = {u}"
+    assert f"| {u} |" in cards and f"| lower bound L | {low} |" in cards
+    assert f"The mean ({ours['mean ≥ τ']})" in index and f"U = {u}" in index
