@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -323,7 +324,15 @@ def _one_line(exc: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        status = COMMANDS[args.command](args)
+        sys.stdout.flush()  # inside the try: a reader that went away is seen here, not at exit
+        return status
+    except BrokenPipeError:
+        # the reader of stdout left early (`recipe-audit bound ... | head -2`): stop quietly, as
+        # Unix tools do, with the shell's status for a broken pipe; stdout goes to /dev/null so
+        # that Python's flush at exit does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except ValueError as exc:  # CardError, QueryError, StatsInputError and every input check
         print(f"recipe-audit: error: {_one_line(exc)}", file=sys.stderr)
         return 2

@@ -172,3 +172,15 @@ def test_mixed_recipes_with_one_expected(store, capsys):
     assert rc == 2 and "Runs of 2 recipes are mixed in the cell params.model_name=m" in err
     rc, out, err = run_cli(["card", "--experiment-name", "exp", "--recipe-id", "c" * 16], capsys)
     assert rc == 2 and "No rerun of recipe" in err
+
+
+def test_a_reader_that_leaves_early_stops_the_command_quietly():
+    # `recipe-audit bound ... | head -1`: the read end is closed before the command writes (it is
+    # still importing), so its first write meets a broken pipe; one quiet stop, the shell's 141
+    proc = procs.spawn([sys.executable, "-m", "recipe_audit.cli", "bound", "-k", "0", "-n", "59",
+                        "--eps", "0.1", "--delta", "0.05"], stdout=procs.subprocess.PIPE,
+                       stderr=procs.subprocess.PIPE)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=procs.timeout(60))
+    assert proc.returncode == 141, err
+    assert err == b""
