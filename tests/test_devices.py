@@ -154,6 +154,7 @@ def test_under_ray_or_slurm_a_job_records_the_devices_its_launcher_gave_it(machi
     assert devices.for_job(str(tmp_path)) == {keys.TAG_DEVICES: "3"} and os.environ[devices.CVD] == "3"
 
 
+@pytest.mark.slow  # by default: tests/test_launchers.py::test_joblib_two_workers_card_once, on the same faked GPUs
 def test_a_sweep_places_its_parallel_workers_on_faked_gpus(tmp_path, store):
     from mlflow.tracking import MlflowClient
 

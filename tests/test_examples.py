@@ -4,13 +4,14 @@ Hydra's basic and joblib launchers. Checked: the card's N, k and verdict, that e
 holds the client's own logged metrics (so its logging went into the rerun, not elsewhere), and
 that no job created a run outside the sweep's tree (every run but the sweep's has a parent).
 
-The plain-MLflow and bare-function apps are fast and run by default (two of their four app ×
-launcher combinations; the other two are marked slow). The Hugging Face ``Trainer`` and Lightning
-apps import their frameworks in every process: by default one sweep each of the replica of
-lightning-hydra-template (its own ``logger/mlflow.yaml``, file store included, used unchanged) and
-of the ``Trainer`` script whose card metric is logged only by ``trainer.evaluate()`` after
-``train()``; the others are marked slow (the ``_ci`` ones run in CI). They need the ``examples``
-extra (``pytorch-lightning``).
+Every sweep here is marked slow: by default, a user's app swept into reruns and a card is
+``tests/test_plugin.py::test_a_users_sweep_becomes_reruns_and_a_card`` (an app as plain_mlflow's,
+a crash), an MLflowLogger pointed at the rerun is checked in process there too, and a sweep under
+parallel workers is ``tests/test_launchers.py``. CI runs the ``ci`` ones: plain-MLflow under joblib
+with a crash, the replica of lightning-hydra-template (its own ``logger/mlflow.yaml``, file store
+included, used unchanged) and the Hugging Face ``Trainer`` script whose card metric is logged only
+by ``trainer.evaluate()`` after ``train()``. The framework apps need the ``examples`` extra
+(``pytorch-lightning``).
 """
 
 from __future__ import annotations
@@ -108,29 +109,28 @@ def _check(tmp_path, store, ex: Example, launcher: str, fault: str):
     assert [u["seed"] for u in cell["unfinished"]] == ([2] if fault == "crash" else [])
 
 
+@pytest.mark.slow  # 8 to 19 s each on two quiet cores; by default: test_plugin's user's sweep
 @pytest.mark.parametrize("name, fault, launcher", [
-    # by default each app, fault and launcher once (a crash under joblib, a collapse under basic);
-    # the other two combinations (about 25 s each on two cores) run with -m slow
-    ("plain_mlflow", "crash", "joblib"),
+    pytest.param("plain_mlflow", "crash", "joblib", id="plain_mlflow-crash-joblib-ci"),
     ("bare_function", "collapse", "basic"),
-    pytest.param("plain_mlflow", "crash", "basic", marks=pytest.mark.slow),
-    pytest.param("bare_function", "collapse", "joblib", marks=pytest.mark.slow),
+    ("plain_mlflow", "crash", "basic"),
+    ("bare_function", "collapse", "joblib"),
 ])
 def test_light_examples(tmp_path, store, name, fault, launcher):
     _check(tmp_path, store, EXAMPLES[name], launcher, fault)
 
 
+@pytest.mark.slow  # each imports its framework in every process (18 s for lightning_template-basic)
 @pytest.mark.parametrize("name, launcher, fault", [
-    # by default: lightning-hydra-template unchanged (a Trainer evaluated after train() is checked
-    # in process by test_plugin, end to end by hf_trainer-joblib-ci)
+    # (a Trainer evaluated after train() and an MLFlowLogger pointed at the rerun are checked in
+    # process by test_plugin)
     pytest.param("lightning_template", "basic", "crash", id="lightning_template-basic"),
-    pytest.param("hf_trainer", "basic", "crash", id="hf_trainer-basic", marks=pytest.mark.slow),
-    pytest.param("lightning_template", "joblib", "crash", id="lightning_template-joblib-ci",
-                 marks=pytest.mark.slow),
-    pytest.param("hf_trainer", "joblib", "collapse", id="hf_trainer-joblib-ci", marks=pytest.mark.slow),
+    pytest.param("hf_trainer", "basic", "crash", id="hf_trainer-basic"),
+    pytest.param("lightning_template", "joblib", "crash", id="lightning_template-joblib-ci"),
+    pytest.param("hf_trainer", "joblib", "collapse", id="hf_trainer-joblib-ci"),
     # (CI runs Lightning under joblib through lightning_template-joblib-ci above)
-    pytest.param("lightning", "joblib", "crash", id="lightning-joblib", marks=pytest.mark.slow),
-    pytest.param("lightning", "basic", "collapse", id="lightning-basic", marks=pytest.mark.slow),
+    pytest.param("lightning", "joblib", "crash", id="lightning-joblib"),
+    pytest.param("lightning", "basic", "collapse", id="lightning-basic"),
 ])
 def test_framework_examples(tmp_path, store, name, launcher, fault):
     _check(tmp_path, store, EXAMPLES[name], launcher, fault)

@@ -46,13 +46,16 @@ def _check_sweep(proc, uri, sweep_dir, seeds):
 def test_joblib_two_workers_card_once(store, tmp_path):
     """Two workers: every rerun nested under the sweep, the card once; threads=auto decided once,
     by the sweep (logged once, recorded on the parent), and every rerun trained on it in a worker
-    (the sweep's end to end test of threads=auto; the rule itself: tests/test_threads.py)."""
+    (the sweep's end to end test of threads=auto; the rule itself: tests/test_threads.py). On a
+    machine of two GPUs as far as placement knows ($CUDA_VISIBLE_DEVICES=0,1; the rules:
+    tests/test_devices.py), each worker keeps a GPU of its own."""
     from recipe_audit import keys
+    from recipe_audit.app import devices
 
     sweep_dir = tmp_path / "sweep"
     small = [a for a in SMALL if not a.startswith("threads=")]
     proc = run_app(["-m", "hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2", "seed=range(4)", "threads=auto",
-                    f"hydra.sweep.dir={sweep_dir}", *small], cwd=tmp_path, env_extra=ENV)
+                    f"hydra.sweep.dir={sweep_dir}", *small], cwd=tmp_path, env_extra={**ENV, devices.CVD: "0,1"})
     reruns, card = _check_sweep(proc, store, sweep_dir, [0, 1, 2, 3])
     assert all(r.info.status == "FINISHED" for r in reruns)
     assert card["cells"][0]["unfinished"] == []
@@ -63,6 +66,16 @@ def test_joblib_two_workers_card_once(store, tmp_path):
     assert (proc.stdout + proc.stderr).count(line) == 1  # logged once, by the main process
     assert {r.data.tags[keys.TAG_THREADS] for r in reruns} == {n}  # in the workers too
     assert os.getpid() not in {int(r.data.tags[keys.TAG_PID]) for r in reruns}
+    # GPUs: the placement decided once, logged once; a worker keeps its GPU, no two workers share one
+    line = parent.data.tags[keys.TAG_DEVICES_REASON]
+    assert line == "GPUs per rerun: 2 GPUs (0,1, from $CUDA_VISIBLE_DEVICES), 2 jobs at a time: 1 GPU each (0 | 1)"
+    assert (proc.stdout + proc.stderr).count(line) == 1
+    by_pid = {}
+    for r in reruns:
+        by_pid.setdefault(r.data.tags[keys.TAG_PID], set()).add(r.data.tags[keys.TAG_DEVICES])
+    assert all(len(d) == 1 for d in by_pid.values())
+    assert len({d for ds in by_pid.values() for d in ds}) == len(by_pid) <= 2
+    assert {d for ds in by_pid.values() for d in ds} <= {"0", "1"}
 
 
 @pytest.mark.slow

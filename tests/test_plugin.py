@@ -100,7 +100,8 @@ PLUGIN = ["hydra/callbacks=recipe_audit", "hydra.callbacks.recipe_audit.metric=v
 
 @pytest.mark.parametrize("launcher", [
     [],
-    # a user's app under joblib, by default: tests/test_examples.py (plain_mlflow, a crash, joblib)
+    # a user's app under joblib: tests/test_examples.py (plain_mlflow, a crash, joblib; in CI); parallel
+    # workers by default: tests/test_launchers.py
     pytest.param(["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], marks=pytest.mark.slow),
 ], ids=["basic", "joblib"])
 def test_a_users_sweep_becomes_reruns_and_a_card(tmp_path, store, launcher):
@@ -163,7 +164,7 @@ def test_a_users_sweep_becomes_reruns_and_a_card(tmp_path, store, launcher):
                                                      f"  export MLFLOW_TRACKING_URI={store}"]
 
 
-@pytest.mark.slow  # by default: tests/test_examples.py (bare_function, a collapse, basic launcher)
+@pytest.mark.slow  # a returned metric by default: in process, test_the_callback_named_by_target_in_the_apps_own_config
 def test_a_task_that_returns_its_metric(tmp_path, store):
     app = _app(tmp_path, BARE_APP)
     proc = _run(app, ["-m", "seed=range(5)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 'sweep'}"])
@@ -191,8 +192,9 @@ def test_one_run_without_multirun_is_a_rerun_without_a_sweep(tmp_path, store):
 def test_resume_runs_only_the_unfinished_seeds(tmp_path, store):
     app = _app(tmp_path, PLAIN_APP)
     args = ["-m", "seed=range(5)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-    first = _run(app, args, env_extra={"CRASH_SEED": "1"})
-    assert first.returncode == 1
+    # the interrupted sweep in this process (helpers.inprocess); the resume, the behaviour, in a process of its own
+    first = run_script_here(app / "train.py", args, env_extra={"CRASH_SEED": "1"})
+    assert first.returncode == 1, first.stderr[-3000:]
     second = _run(app, [*args, "hydra.callbacks.recipe_audit.resume=true"])
     assert second.returncode == 0, second.stderr[-3000:]
     out = second.stdout + second.stderr
@@ -313,8 +315,9 @@ def test_the_curtailing_sweeper_stops_a_users_sweep(tmp_path, store):
     callback recorded for each job; a recipe whose reruns all collapse stops after one batch."""
     app = _app(tmp_path, BARE_APP)
     sweep_dir = tmp_path / "sweep"
-    proc = _run(app, ["-m", "seed=range(30)", "hydra/sweeper=curtail", "hydra.sweeper.batch_size=4", *PLUGIN,
-                      f"hydra.sweep.dir={sweep_dir}"], env_extra={"COLLAPSE_ALL": "1"})
+    proc = run_script_here(app / "train.py", ["-m", "seed=range(30)", "hydra/sweeper=curtail",  # in this process
+                                              "hydra.sweeper.batch_size=4", *PLUGIN, f"hydra.sweep.dir={sweep_dir}"],
+                           env_extra={"COLLAPSE_ALL": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, runs = _runs(store)
     reruns = _kind(runs, keys.KIND_RERUN)
@@ -393,7 +396,8 @@ def test_a_store_deleted_mid_sweep_stops_the_sweep_non_zero(tmp_path, store):
     """SQLite writes on into a deleted file without a word: the sweep notices the file is gone,
     says so in one sentence and exits non-zero rather than recording its card into nothing."""
     app = _app(tmp_path, DELETING_APP)
-    proc = _run(app, ["-m", "seed=range(5)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    proc = run_script_here(app / "train.py", ["-m", "seed=range(5)", *PLUGIN,  # in this process (helpers.inprocess)
+                                              f"hydra.sweep.dir={tmp_path / 'sweep'}"])
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert "was deleted or replaced while this sweep was writing to it" in proc.stderr
@@ -421,8 +425,9 @@ def test_a_full_artifact_disk_fails_the_card_run_and_the_exit_status(tmp_path, f
     """The card cannot be written: one sentence, exit 2, the card run FAILED (no half-written card
     counts as a card), every rerun recorded (FINISHED; none left RUNNING)."""
     app = _app(tmp_path, PLAIN_APP)
-    proc = _run(app, ["-m", "seed=range(3)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-                env_extra={"MLFLOW_TRACKING_URI": full_artifact_disk})
+    proc = run_script_here(app / "train.py", ["-m", "seed=range(3)", *PLUGIN,  # in this process (helpers.inprocess)
+                                              f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                           env_extra={"MLFLOW_TRACKING_URI": full_artifact_disk})
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "No space left on device" in proc.stderr
     _, runs = _runs(full_artifact_disk)
@@ -611,8 +616,9 @@ main()
 
 def test_an_app_that_logs_and_returns_nothing_is_told_what_to_set(tmp_path, store):
     app = _app(tmp_path, NONE_APP)
-    proc = _run(app, ["-m", "seed=range(1,3)", "hydra/callbacks=recipe_audit",
-                      "hydra.callbacks.recipe_audit.metric=test/acc", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    proc = run_script_here(app / "train.py", ["-m", "seed=range(1,3)", "hydra/callbacks=recipe_audit",  # in process
+                                              "hydra.callbacks.recipe_audit.metric=test/acc",
+                                              f"hydra.sweep.dir={tmp_path / 'sweep'}"])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("recipe_audit: error: no card for metric 'test/acc' of sweep"), proc.stderr[-2000:]

@@ -5,7 +5,8 @@ caught before a rerun starts."""
 from __future__ import annotations
 
 import pytest
-from helpers.app import SMALL, run_app
+from helpers.app import SMALL
+from helpers.inprocess import run_module_here
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
@@ -129,7 +130,7 @@ def test_bad_max_batch_size(tmp_path):
 def test_composition_error_in_the_second_recipe_stops_before_any_rerun(tmp_path, store):
     from mlflow.tracking import MlflowClient
 
-    proc = run_app(["-m", "seed=range(2)", "recipe=default,nope", *SMALL], cwd=tmp_path)
+    proc = run_module_here(["-m", "seed=range(2)", "recipe=default,nope", *SMALL], cwd=tmp_path)  # in this process
     assert proc.returncode != 0 and "nope" in proc.stderr and "Traceback" not in proc.stderr
     exp = MlflowClient(store).get_experiment_by_name("recipe_audit")
     reruns = [] if exp is None else [

@@ -215,8 +215,8 @@ def test_commits_to_a_store_in_write_ahead_log_mode_skip_the_disk_sync_and_other
 def test_a_configuration_error_in_a_sweep_closes_its_parent_failed(tmp_path, store):
     """A sweep whose configuration cannot run stops at its first job; its parent run says why
     rather than staying RUNNING, and the job's rerun is recorded FAILED with the same sentence."""
-    proc = run_app(["-m", "seed=range(2)", *SMALL, "recipe.max_steps=0", f"hydra.sweep.dir={tmp_path}/sweep"],
-                   cwd=tmp_path, timeout=120)
+    proc = run_module_here(["-m", "seed=range(2)", *SMALL, "recipe.max_steps=0",  # in this process (helpers.inprocess)
+                            f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     _, runs = _runs(store)
     by_kind = {r.data.tags.get(keys.TAG_KIND): r for r in runs}

@@ -7,11 +7,15 @@ What a process would leave behind is put back afterwards: the environment, ``sys
 working directory, the logging handlers Hydra configured, the run the callback opened for a job,
 MLflow's tracking URI, torch's thread count. ``gc.freeze`` (the app freezes its
 set-up once per process) is a no-op meanwhile. An exception that escapes is reported as the
-interpreter reports it: its traceback on stderr and exit status 1.
+interpreter reports it: its traceback on stderr and exit status 1. What the project's code
+registers with ``atexit`` (a sweep that stopped before its end is closed so) runs when the command
+ends, as at a process's exit, its output in the command's, not at the test session's end; a
+library's registrations (made once, on its first import) are left to the session's end.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import io
@@ -74,6 +78,16 @@ def _run(target: Callable[[], object], argv: list[str], cwd: Path, env_extra: di
         del os.environ[key]
     os.environ.update({"HYDRA_FULL_ERROR": "0", **(env_extra or {})})
     gc.freeze = lambda: None
+    at_exit = []
+    register = atexit.register
+
+    def register_here(func, *args, **kwargs):
+        if not getattr(func, "__module__", "").startswith("recipe_audit."):
+            return register(func, *args, **kwargs)
+        at_exit.append((func, args, kwargs))
+        return func
+
+    atexit.register = register_here
     try:
         os.chdir(cwd)
         sys.argv = argv
@@ -86,7 +100,13 @@ def _run(target: Callable[[], object], argv: list[str], cwd: Path, env_extra: di
             except Exception:  # what the interpreter would print
                 traceback.print_exc(file=err)
                 rc = 1
+            for func, args, kwargs in reversed(at_exit):  # as the interpreter does at exit
+                try:
+                    func(*args, **kwargs)
+                except Exception:  # noqa: BLE001 - printed, as the interpreter prints it, and the next one runs
+                    traceback.print_exc(file=err)
     finally:
+        atexit.register = register
         gc.freeze = freeze
         sys.argv = saved_argv
         os.chdir(saved_cwd)
