@@ -23,6 +23,7 @@ from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.family import apply_family
 from recipe_audit.cards.jsontext import json_number
 from recipe_audit.cards.model import CARD_KIND, SCHEMA_VERSION, CardError, CardOptions, Cell
+from recipe_audit.stats.cell import CellStatistics, cell_statistics
 from recipe_audit.stats.exact import shown_beside
 
 
@@ -40,9 +41,31 @@ def _duplicate_json(d, tau: float) -> dict[str, Any]:
             "nondeterministic": bool(d.nondeterministic)}
 
 
-def card_entry(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
-    """One entry of the document's ``cells`` list: one cell at one τ."""
-    base: dict[str, Any] = {
+def cell_entries(cell: Cell, opts: CardOptions) -> list[dict[str, Any]]:
+    """The entries of one cell in the document's ``cells`` list, one per τ of ``opts``. Their
+    statistics come from one call of :func:`~recipe_audit.stats.cell.cell_statistics` (the
+    bounds, the rules and the band at every τ); a cell refused for its audit set has none."""
+    if cell.shift_refusal is not None:
+        floor = stats.sample_floor(opts.eps, opts.delta)
+        return [{**_entry_base(cell, tau, opts),
+                 "n_failures": None, "n_unfinished": len(cell.unfinished), "failed_seeds": [],
+                 "upper_bound": None, "lower_bound": None, "sample_floor": floor,
+                 "more_clean_reruns_needed": None, "verdict": stats.REFUSED_SHIFT,
+                 "reason": cell.shift_refusal,
+                 "rules": {r: False for r in stats.RULES}, "rule_statistics": None} for tau in opts.taus]
+    info = cell.extra.get("curtailment")
+    # a curtailed cell's band is taken at the planned N, the unlaunched reruns counted as failures
+    extra = max(0, int(info["n_planned"]) - cell.n) if info else 0
+    cs = cell_statistics(cell.values, opts.taus, eps=opts.eps, delta=opts.delta,
+                         higher_is_better=opts.higher_is_better, B=opts.bootstrap_B,
+                         rng=np.random.default_rng(opts.bootstrap_seed), band_method=opts.band_method,
+                         n_extra_failures=extra)
+    return [_entry(cell, tau, opts, cs, i) for i, tau in enumerate(opts.taus)]
+
+
+def _entry_base(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
+    """What an entry says of its cell and τ before any statistic."""
+    return {
         "group": {k: (None if v is None else str(v)) for k, v in cell.group.items()},
         "label": cell.label,
         "recipe_id": cell.recipe_id,
@@ -64,23 +87,13 @@ def card_entry(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
                                             strict=True)],
         "digest": cell.digest,
     }
-    if cell.shift_refusal is not None:
-        floor = stats.sample_floor(opts.eps, opts.delta)
-        base.update({
-            "n_failures": None, "n_unfinished": len(cell.unfinished), "failed_seeds": [],
-            "upper_bound": None, "lower_bound": None, "sample_floor": floor,
-            "more_clean_reruns_needed": None, "verdict": stats.REFUSED_SHIFT,
-            "reason": cell.shift_refusal,
-            "rules": {r: False for r in stats.RULES}, "rule_statistics": None,
-        })
-        return base
-    failed = stats.failure_mask(cell.values, tau, higher_is_better=opts.higher_is_better)
-    k = int(np.count_nonzero(failed))
-    bound = stats.tail_bound(k, cell.n, opts.eps, opts.delta)
-    rules = stats.apply_rules(
-        cell.values, tau, eps=opts.eps, delta=opts.delta, higher_is_better=opts.higher_is_better,
-        B=opts.bootstrap_B, rng=np.random.default_rng(opts.bootstrap_seed),
-    )
+
+
+def _entry(cell: Cell, tau: float, opts: CardOptions, cs: CellStatistics, i: int) -> dict[str, Any]:
+    """The entry of ``cell`` at ``tau``, the ``i``-th bar of its statistics ``cs``."""
+    base = _entry_base(cell, tau, opts)
+    failed, bound, rules = cs.failed[i], cs.bounds[i], cs.rules[i]
+    k, ships = bound.k, rules.ships
     base.update({
         "n_failures": k,
         "n_unfinished": len(cell.unfinished),
@@ -91,7 +104,7 @@ def card_entry(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
         "more_clean_reruns_needed": bound.more_clean_reruns_needed,
         "verdict": bound.verdict,
         "reason": _reason(bound, cell, opts),
-        "rules": {r: bool(rules.ships[r]) for r in stats.RULES},
+        "rules": {r: bool(ships[r]) for r in stats.RULES},
         "rule_statistics": {
             "mean": json_number(rules.mean), "median": json_number(rules.median), "sd": json_number(rules.sd),
             "bootstrap_limit": json_number(rules.bootstrap_limit), "two_sd_limit": json_number(rules.two_sd_limit),
@@ -103,7 +116,7 @@ def card_entry(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
 
     if cell.extra.get("curtailment"):  # the verdict at the planned N of a curtailed sweep
         base.update(curtailed_fields(cell, k, tau, opts, base["rules"]))
-    base["band"] = band_fields(cell, tau, opts)  # the bound valid for every τ at once
+    base["band"] = band_fields(cs.band, i)  # the bound valid for every τ at once
     return base
 
 
@@ -160,7 +173,7 @@ def build_card(cells: Sequence[Cell], opts: CardOptions, source: dict[str, Any])
             shown = ", ".join(f"seed {u[0]} ({u[1]})" for _, u in pending[:6])
             raise CardError(f"The card refuses: {len(pending)} rerun(s) are unfinished: {shown}"
                             f"{' ...' if len(pending) > 6 else ''}.")
-    entries = [card_entry(c, t, opts) for c in cells for t in opts.taus]
+    entries = [e for c in cells for e in cell_entries(c, opts)]
 
     apply_anytime(entries, cells, opts)  # an open-ended sweep's cells: the confidence sequence
     apply_family(entries, opts.eps, opts.delta, source.get("family_recipe_ids") or (), opts.family_size)

@@ -11,6 +11,7 @@
 * :mod:`.bounds` — one-sided exact Clopper–Pearson bounds for arrays (NumPy and SciPy);
 * :mod:`.verdicts` — the verdict strings and rules;
 * :mod:`.rules` — the comparison rules (mean, median, bootstrap, mean − 2 sd, card);
+* :mod:`.cell` — every statistic a card states for one cell at its bars, each computed once;
 * :mod:`.split_audit` — the held-out split audit and evidence responsiveness;
 * :mod:`.curtail` — curtailment: when the verdict at a planned N is already settled;
 * :mod:`.band` — the simultaneous upper band on the failure curve, valid for every τ at once;
@@ -46,7 +47,9 @@ _WHERE = {
     "anytime": ("AnytimeBound", "AnytimeSequence", "anytime_bound", "anytime_sample_floor", "anytime_sequence",
                 "anytime_thresholds", "stop_probabilities"),
     "errors": ("StatsInputError",),
-    "rules": ("RULES", "RuleDecisions", "apply_rules", "bootstrap_percentile", "count_failures", "failure_mask"),
+    "rules": ("RULES", "PracticeStatistics", "RuleDecisions", "apply_rules", "bootstrap_percentile",
+              "count_failures", "decisions_at", "failure_mask", "practice_statistics"),
+    "cell": ("CellStatistics", "cell_statistics"),
     "split_audit": ("DEFAULT_AUDIT_B", "AuditCell", "CellAudit", "EvidenceResponsiveness", "RuleAudit",
                     "SplitAuditResult", "evidence_responsiveness", "held_out_split_audit"),
 }
@@ -132,4 +135,9 @@ __all__ = [
     "tail_bound",
     "verdict",
     "verdict_array",
+    "CellStatistics",
+    "PracticeStatistics",
+    "cell_statistics",
+    "decisions_at",
+    "practice_statistics",
 ]

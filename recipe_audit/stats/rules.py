@@ -43,11 +43,14 @@ from recipe_audit.stats.verdicts import verdict as _verdict
 
 __all__ = [
     "RULES",
+    "PracticeStatistics",
     "RuleDecisions",
     "apply_rules",
     "bootstrap_percentile",
     "count_failures",
+    "decisions_at",
     "failure_mask",
+    "practice_statistics",
 ]
 
 #: The rule keys, in report order.
@@ -195,6 +198,72 @@ def _bootstrap_means(b: np.ndarray, B: int, generator: np.random.Generator) -> n
     return out
 
 
+@dataclass(frozen=True)
+class PracticeStatistics:
+    """What the practice rules read of one cell, whatever the bar: the ``n_finished`` finished
+    reruns' ``mean``, ``median``, ``sd`` (``ddof=1``), the bootstrap's ``bootstrap_limit`` (its
+    ``bootstrap_percentile`` of ``B`` resampled means) and ``two_sd_limit`` (``nan`` where
+    undefined, as in :class:`RuleDecisions`); ``seed`` and ``rng`` describe the bootstrap's
+    generator, ``notes`` say why a rule cannot ship."""
+
+    higher_is_better: bool
+    n_finished: int
+    mean: float
+    median: float
+    sd: float
+    bootstrap_limit: float
+    two_sd_limit: float
+    B: int
+    bootstrap_percentile: float
+    seed: int | None
+    rng: str
+    notes: tuple[str, ...] = ()
+
+    def ships(self, tau: float) -> tuple[tuple[str, bool], ...]:
+        """The decisions of the four practice rules at the bar ``tau`` (already checked)."""
+
+        def ok(stat: float) -> bool:
+            # ships when stat >= tau (higher is better) or stat <= tau (lower is better); nan -> False
+            return bool(stat >= tau) if self.higher_is_better else bool(stat <= tau)
+
+        return (("mean", ok(self.mean)), ("median", ok(self.median)), ("bootstrap", ok(self.bootstrap_limit)),
+                ("mean_minus_2sd", ok(self.two_sd_limit)))
+
+
+def practice_statistics(metrics, *, higher_is_better: bool = True, B: int = 2000, rng=None) -> PracticeStatistics:
+    """The statistics of :class:`PracticeStatistics` for one cell's ``metrics`` (NaN/inf: reruns
+    that did not finish, ignored here), computed once for every bar: the bootstrap draws one
+    ``rng.integers(0, n_finished, size=(B, n_finished))`` (none when nothing finished; ``rng`` as
+    in :func:`apply_rules`)."""
+    m = check_metrics(metrics)
+    B = check_positive_int("B", B)
+    generator, seed, rng_info = make_rng(rng)
+    return _practice(m, bool(higher_is_better), B, generator, seed, rng_info)
+
+
+def _practice(m: np.ndarray, hib: bool, B: int, generator: np.random.Generator, seed: int | None,
+              rng_info: str) -> PracticeStatistics:
+    b = m[np.isfinite(m)]
+    n_fin = int(b.size)
+    notes: list[str] = []
+    nan = float("nan")
+    pct = bootstrap_percentile(hib)
+    if n_fin == 0:
+        mean = median = boot = nan
+        notes.append("no rerun finished, so the mean, median and bootstrap rules cannot ship.")
+    else:
+        mean = float(np.mean(b))
+        median = float(np.median(b))
+        boot = float(np.percentile(_bootstrap_means(b, B, generator), pct))
+    if n_fin < 2:
+        sd = two_sd = nan
+        notes.append(f"the sd rule needs at least 2 finished reruns (got {n_fin}), so it does not ship.")
+    else:
+        sd = float(np.std(b, ddof=1))
+        two_sd = mean - 2.0 * sd if hib else mean + 2.0 * sd
+    return PracticeStatistics(hib, n_fin, mean, median, sd, boot, two_sd, B, pct, seed, rng_info, tuple(notes))
+
+
 def apply_rules(
     metrics,
     tau,
@@ -247,9 +316,7 @@ def apply_rules(
     generator, seed, rng_info = make_rng(rng)
     hib = bool(higher_is_better)
 
-    finite = np.isfinite(m)
-    b = m[finite]
-    n_fin = int(b.size)
+    n_fin = int(np.count_nonzero(np.isfinite(m)))
     if (k is None) != (n is None):
         raise StatsInputError("pass both the card's failures k and reruns n, or neither.")
     if k is None:
@@ -266,63 +333,44 @@ def apply_rules(
         k_card, n_card = int(k_arr), int(n_arr)
         if n_card < n_fin:
             raise StatsInputError(f"reruns n ({n_card}) cannot be fewer than the finished reruns ({n_fin}).")
-    n_ignored = n_card - n_fin
-
-    notes: list[str] = []
-    nan = float("nan")
-    pct = bootstrap_percentile(hib)
-    if n_fin == 0:
-        mean = median = boot = nan
-        notes.append("no rerun finished, so the mean, median and bootstrap rules cannot ship.")
-    else:
-        mean = float(np.mean(b))
-        median = float(np.median(b))
-        boot = float(np.percentile(_bootstrap_means(b, B, generator), pct))
-    if n_fin < 2:
-        sd = two_sd = nan
-        notes.append(f"the sd rule needs at least 2 finished reruns (got {n_fin}), so it does not ship.")
-    else:
-        sd = float(np.std(b, ddof=1))
-        two_sd = mean - 2.0 * sd if hib else mean + 2.0 * sd
-
-    def _ok(stat: float) -> bool:
-        # ships when stat >= tau (higher is better) or stat <= tau (lower is better); nan -> False
-        return bool(stat >= t) if hib else bool(stat <= t)
+    practice = _practice(m, hib, B, generator, seed, rng_info)
 
     # the card's own numbers, as tail_bound computes them (so the card rule and the verdict agree)
     upper = exact.upper_bound(k_card, n_card, d)
     lower = exact.lower_bound(k_card, n_card, d)
     n_min = floors.sample_floor(e, d)
     card_ships = exact.certifies(k_card, n_card, e, d)
-    decisions = (
-        ("mean", _ok(mean)),
-        ("median", _ok(median)),
-        ("bootstrap", _ok(boot)),
-        ("mean_minus_2sd", _ok(two_sd)),
-        ("card", card_ships),
-    )
+    return decisions_at(practice, t, e, d, k_card, n_card, upper=upper, lower=lower, sample_floor=n_min,
+                        card_verdict=_verdict(k_card, n_card, e, d), card_ships=card_ships)
+
+
+def decisions_at(practice: PracticeStatistics, tau: float, eps: float, delta: float, k: int, n: int, *,
+                 upper: float, lower: float, sample_floor: int, card_verdict: str,
+                 card_ships: bool) -> RuleDecisions:
+    """The five rules' :class:`RuleDecisions` at the bar ``tau`` from a cell's practice statistics
+    and the card's own numbers for its ``k`` failures in ``n`` reruns (checked already)."""
     return RuleDecisions(
-        tau=t,
-        higher_is_better=hib,
-        eps=e,
-        delta=d,
-        k=k_card,
-        n=n_card,
-        n_finished=n_fin,
-        n_ignored=n_ignored,
-        mean=mean,
-        median=median,
-        sd=sd,
-        bootstrap_limit=boot,
-        two_sd_limit=two_sd,
+        tau=tau,
+        higher_is_better=practice.higher_is_better,
+        eps=eps,
+        delta=delta,
+        k=k,
+        n=n,
+        n_finished=practice.n_finished,
+        n_ignored=n - practice.n_finished,
+        mean=practice.mean,
+        median=practice.median,
+        sd=practice.sd,
+        bootstrap_limit=practice.bootstrap_limit,
+        two_sd_limit=practice.two_sd_limit,
         upper=upper,
         lower=lower,
-        sample_floor=n_min,
-        card_verdict=_verdict(k_card, n_card, e, d),
-        B=B,
-        bootstrap_percentile=pct,
-        seed=seed,
-        rng=rng_info,
-        decisions=decisions,
-        notes=tuple(notes),
+        sample_floor=sample_floor,
+        card_verdict=card_verdict,
+        B=practice.B,
+        bootstrap_percentile=practice.bootstrap_percentile,
+        seed=practice.seed,
+        rng=practice.rng,
+        decisions=(*practice.ships(tau), ("card", card_ships)),
+        notes=practice.notes,
     )

@@ -150,3 +150,30 @@ def test_the_gate_takes_the_recipe_params_from_its_history_read(store, monkeypat
     ev = recompute(store, "exp", "a" * 16, GatePolicy(tau=0.7, metric="accuracy/calibration"))
     assert (params.calls, door.calls) == (0, 0)
     assert "lr=0.01" in ev.entry["recipe_summary"]
+
+
+def test_a_card_computes_each_cells_statistics_in_one_call(monkeypatch):
+    """The statistics of a cell at every τ (bounds, rules, band) come from one stats call per cell;
+    the card path no longer calls the single statistics itself, once per τ."""
+    import numpy as np
+
+    from recipe_audit import stats
+    from recipe_audit.cards import build
+    from recipe_audit.cards.model import Cell
+    from recipe_audit.stats import cell as stats_cell
+
+    def cell(vals, refused=None):
+        n = len(vals)
+        return Cell(group={}, recipe_id=("r" if refused is None else "s") * 16, recipe_summary="",
+                    audit_set="calibration", metric="accuracy/calibration", seeds=tuple(range(n)),
+                    values=np.asarray(vals, dtype=float), run_ids=tuple(f"run{i}" for i in range(n)),
+                    statuses=("FINISHED",) * n, sweep_run_ids=("p" * 32,), planned_seeds=tuple(range(n)),
+                    digest="0" * 64, extra={}, unfinished=(), shift_refusal=refused)
+
+    whole = Spy(monkeypatch, stats_cell, "cell_statistics")
+    monkeypatch.setattr(build, "cell_statistics", stats_cell.cell_statistics)
+    singles = [Spy(monkeypatch, stats, name) for name in ("tail_bound", "apply_rules", "band_bounds")]
+    card = build.build_card([cell([0.9] * 30), cell([0.5] * 25, refused="not scored there")],
+                            CardOptions(taus=(0.7, 0.8, 0.95)), {})
+    assert len(card.cells) == 6 and whole.calls == 1  # the refused cell has no statistics
+    assert [s.calls for s in singles] == [0, 0, 0]
