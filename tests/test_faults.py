@@ -168,9 +168,12 @@ def test_resume_trains_only_unfinished_seeds(store, tmp_path):  # CI: test_plugi
     assert len([r for r in _runs(store) if r.data.tags.get("recipe_audit.kind") == "rerun"]) == 5
 
 
-def test_four_concurrent_sqlite_writers_lose_nothing(tmp_path, monkeypatch):
+def test_four_concurrent_sqlite_writers_lose_nothing(tmp_path, monkeypatch, migrated_mlflow_db):
+    import shutil
+
     monkeypatch.syspath_prepend(str(REPO / "bench"))  # spawned writers import it by name too
     bench = importlib.import_module("bench_writers")
+    shutil.copy(migrated_mlflow_db, tmp_path / "mlflow.db")  # MLflow's tables made (a new store: the test below)
     res = bench.run_writers(f"sqlite:///{tmp_path / 'mlflow.db'}", 4, 8, 20)
     assert res["got"]["runs"] == 32 and res["got"]["finished"] == 32
     assert res["got"]["steps"] == 4 * 8 * 20 and res["got"]["final_metrics"] == 32
@@ -290,24 +293,29 @@ def test_a_new_sqlite_store_is_created_safely_while_a_plain_client_creates_it(tm
 
     from helpers import procs
 
+    # the child imports MLflow, says so, and is told the instant at which both start
     plain = ("import sys, time\n"
-             "t = float(sys.argv[2])\n"
-             "while time.time() < t: time.sleep(0.001)\n"
              "from mlflow.tracking import MlflowClient\n"
+             "print('ready', flush=True)\n"
+             "t = float(sys.stdin.readline())\n"
+             "while time.time() < t: time.sleep(0.001)\n"
              "MlflowClient(sys.argv[1]).search_experiments()\n")
     for i in range(1):  # failed 4 times in 4 before the fix; the slow suite need not repeat it
         uri = f"sqlite:///{tmp_path / f'store{i}' / 'mlflow.db'}"
         (tmp_path / f"store{i}").mkdir()
-        at = time.time() + 6.0  # the child imports MLflow meanwhile
-        child = procs.spawn([sys.executable, "-c", plain, uri, str(at)], stdout=subprocess.PIPE,
+        child = procs.spawn([sys.executable, "-c", plain, uri], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
         try:
             import mlflow.tracking  # noqa: F401 - imported before the start, as in the child
 
+            assert child.stdout.readline() == "ready\n", child.stderr.read()[-2000:]  # ("" if it died)
+            at = time.time() + 0.5
+            child.stdin.write(f"{at}\n")
+            child.stdin.flush()
             while time.time() < at:
                 time.sleep(0.001)
             store = tracking.open_store(uri, f"exp{i}")
-            _, err = child.communicate(timeout=120)
+            _, err = child.communicate(timeout=procs.timeout(120))
         finally:
             if child.poll() is None:
                 child.kill()
