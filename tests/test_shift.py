@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from helpers.app import SMALL, run_app
+from helpers.inprocess import run_module_here
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -146,8 +147,8 @@ def test_refused_shift_is_decided_by_what_the_reruns_were_scored_on(store):
 
 
 def test_real_rerun_scored_on_another_task_logs_a_model_that_loads_back(tmp_path, store):
-    proc = run_app([*SMALL, "audit.extra_tasks=[entailment]", "+audit.extra_task_options.n_audit=60",
-                    "+audit.extra_task_options.n_train=10", "tracking.log_model=true"], cwd=tmp_path)
+    proc = run_module_here([*SMALL, "audit.extra_tasks=[entailment]", "+audit.extra_task_options.n_audit=60",  # in process
+                            "+audit.extra_task_options.n_train=10", "tracking.log_model=true"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     import mlflow
     from mlflow.tracking import MlflowClient

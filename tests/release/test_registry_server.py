@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 from helpers import procs
 from helpers.cli import run_cli
-from helpers.registry_world import make_world
+from helpers.registry_world import EXP, make_world
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
@@ -30,10 +30,21 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """``mlflow server`` (SQLite backend, local artifact root) on a free loopback port; stopped,
-    with its whole process group, after the module."""
+def server(tmp_path_factory, migrated_mlflow_db):
+    """``mlflow server`` (SQLite backend, local artifact root) on a free loopback port, serving the
+    registry world (``helpers.registry_world``); stopped, with its whole process group, after the
+    module. The world is written into the server's SQLite file directly while the server starts (it
+    is the flows' data, not what they test; through the server it took as long as the start)."""
+    from recipe_audit.store import tracking
+
     root = tmp_path_factory.mktemp("server")
+    shutil.copy(migrated_mlflow_db, root / "mlflow.db")  # MLflow's tables made: neither side migrates
+    db = f"sqlite:///{root / 'mlflow.db'}"
+    # the world's experiment keeps its artifacts where the server's would (--default-artifact-root);
+    # opened before the server starts, which switches the file to SQLite's write-ahead log, so the
+    # server's reads and the world's writes do not block each other
+    MlflowClient(tracking_uri=db).create_experiment(EXP, artifact_location=str(root / "artifacts" / "exp"))
+    tracking.open_store(db, EXP)
     port = _free_port()
     exe = shutil.which("mlflow")
     cmd = ([exe] if exe else [sys.executable, "-m", "mlflow"]) + [
@@ -45,6 +56,7 @@ def server(tmp_path_factory):
     proc = procs.spawn(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root, env=env)
     uri = f"http://127.0.0.1:{port}"
     try:
+        world = make_world(db, root)
         deadline = time.monotonic() + procs.timeout(120)
         while True:
             if proc.poll() is not None:
@@ -58,7 +70,7 @@ def server(tmp_path_factory):
             if time.monotonic() > deadline:
                 pytest.fail(f"mlflow server did not answer: {(root / 'server.log').read_text()[-2000:]}")
             time.sleep(0.3)
-        yield uri, root
+        yield uri, world
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -73,8 +85,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def world(server):
-    uri, root = server
-    return make_world(uri, root)
+    return server[1]
 
 
 def test_attach_gate_verify_over_http(server, world, capsys):
