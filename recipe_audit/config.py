@@ -192,8 +192,8 @@ def _part_of(identity: str, default: Any = MISSING) -> Any:
 class RunConfig:
     # a recipe rerun's identity is its model, task and recipe; the acceptance audit's is its
     # experiment and defense; the seed is neither (each rerun has its own); every other key is left
-    # out of both (identity_exclude, the callback option in conf/config.yaml and
-    # conf/experiment/acceptance.yaml: a test checks they are what this declaration says)
+    # out of both (identity_exclude, the callback option, which conf/config.yaml and
+    # conf/experiment/acceptance.yaml derive from this declaration: ${recipe_audit.identity_exclude:...})
     model: ModelConfig = _part_of("recipe")
     task: TaskConfig = _part_of("recipe")
     recipe: RecipeConfig = _part_of("recipe")

@@ -15,6 +15,9 @@ from typing import Any
 from recipe_audit.stats.options import AuditOptions
 
 CALLBACK_TARGET = "recipe_audit.app.callback.RecipeAuditCallback"
+#: The OmegaConf resolver the built-in app's YAML derives the callback's identity_exclude with
+#: (``${recipe_audit.identity_exclude:recipe}``), registered by :func:`register_configs`.
+IDENTITY_EXCLUDE_RESOLVER = "recipe_audit.identity_exclude"
 
 
 @dataclass
@@ -74,6 +77,7 @@ def register_configs() -> None:
     They live under ``hydra/`` (``hydra/recipe_audit_schemas/<group>``), like the callback's: a
     group of the app's own would list them as options in ``python -m recipe_audit --help``."""
     from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
 
     from recipe_audit.config import (
         SCHEMA_GROUP,
@@ -84,8 +88,12 @@ def register_configs() -> None:
         RunConfig,
         TaskConfig,
         TrackingConfig,
+        identity_exclude,
     )
 
+    # ${recipe_audit.identity_exclude:recipe}: the callback's identity_exclude in conf/config.yaml
+    # (and :acceptance in conf/experiment/acceptance.yaml), derived from RunConfig's declaration
+    OmegaConf.register_new_resolver(IDENTITY_EXCLUDE_RESOLVER, identity_exclude, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="schema", node=RunConfig)
     for group, node in (("model", ModelConfig), ("task", TaskConfig), ("recipe", RecipeConfig),
