@@ -21,8 +21,10 @@ def _runs(uri):
 
 
 def test_multirun_logs_every_rerun_nested_under_its_sweep(tmp_path, store):
-    proc = run_app(["-m", "seed=0,1", "recipe.lr=0.003,1e9", f"hydra.sweep.dir={tmp_path}/sweep",
-                    "tracking.card_on_multirun_end=false", *SMALL], cwd=tmp_path)
+    # in this process (helpers.inprocess): what it checks is in the store; a sweep of this app in
+    # processes of its own is tests/test_launchers.py's
+    proc = run_module_here(["-m", "seed=0,1", "recipe.lr=0.003,1e9", f"hydra.sweep.dir={tmp_path}/sweep",
+                            "tracking.card_on_multirun_end=false", *SMALL], cwd=tmp_path)
     # every planned rerun ran; the exit status tells a script that two of them failed
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "2 rerun(s) of sweep" in proc.stderr and "seed 0 (failed), seed 1 (failed)" in proc.stderr
