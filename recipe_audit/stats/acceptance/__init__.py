@@ -89,7 +89,7 @@ from recipe_audit.stats.acceptance.names import (
     ZERO_TASK_GRADIENT,
     ZERO_UPDATE,
 )
-from recipe_audit.stats.acceptance.records import PairedRecords
+from recipe_audit.stats.acceptance.records import GapEstimates, PairedRecords
 from recipe_audit.stats.acceptance.signature import (
     GateC,
     MechanismSignature,
@@ -145,6 +145,7 @@ __all__ = [
     "AcceptanceResult",
     "BootstrapDistribution",
     "FilterRow",
+    "GapEstimates",
     "GateA",
     "GateB",
     "GateC",

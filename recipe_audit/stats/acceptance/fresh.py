@@ -12,11 +12,21 @@ from recipe_audit.stats.acceptance.names import (
     SCREEN_SE_MULTIPLIER,
     SE_MULTIPLIER,
 )
-from recipe_audit.stats.acceptance.records import B_DEPLOY, B_EVAL, R_DEPLOY, R_EVAL, PairedRecords, gaps, sd
+from recipe_audit.stats.acceptance.records import (
+    B_DEPLOY,
+    B_EVAL,
+    R_DEPLOY,
+    R_EVAL,
+    GapEstimates,
+    PairedRecords,
+    gap_estimates,
+    gaps,
+    sd,
+)
 
 
 @dataclass(frozen=True)
-class GateB:
+class GateB(GapEstimates):
     """Diagnostic (b): Δgap on fresh subjects with paired and independent standard errors.
 
     ``se_paired = sd(d_q) / √Q`` with ``d_q = gap_q^R − gap_q^0`` (ddof 1);
@@ -24,12 +34,6 @@ class GateB:
     ``delta_deploy`` has its own paired SE (per-question deploy-accuracy differences).
     """
 
-    status: str
-    delta_gap: float
-    delta_deploy: float
-    gap_baseline: float
-    gap_defense: float
-    rates: tuple[float, float, float, float]
     n_items: tuple[int, int, int, int]
     n_questions: int
     se_paired: float
@@ -72,7 +76,7 @@ def gate_b(records: PairedRecords, *, multiplier: float = SE_MULTIPLIER,
     r = records.rates()
     _, N = records.unit_sums("question")
     n = N.sum(axis=0)
-    gap0, gapr, dgap, ddep = gaps(r)
+    dgap = gaps(r)[2]
     qr = records.question_rates()
     _, _, d_q, dep_q = gaps(qr)
     Q = records.n_questions
@@ -88,8 +92,7 @@ def gate_b(records: PairedRecords, *, multiplier: float = SE_MULTIPLIER,
         status = NA
     else:
         status = PASS if (dgap + multiplier * se_p < 0 and dgap + multiplier * se_i < 0) else FAIL
-    return GateB(status=status, delta_gap=float(dgap), delta_deploy=float(ddep), gap_baseline=float(gap0),
-                 gap_defense=float(gapr), rates=tuple(float(x) for x in r),
-                 n_items=tuple(int(x) for x in n), n_questions=Q, se_paired=se_p, se_indep=se_i,
+    return GateB(status=status, **gap_estimates(r), n_items=tuple(int(x) for x in n), n_questions=Q,
+                 se_paired=se_p, se_indep=se_i,
                  se_deploy_paired=se_dep, multiplier=float(multiplier),
                  screen_multiplier=float(screen_multiplier))

@@ -13,7 +13,7 @@ from recipe_audit.stats.acceptance.names import (
     PASS,
     SENSITIVITY_LEVEL,
 )
-from recipe_audit.stats.acceptance.records import PairedRecords, gaps
+from recipe_audit.stats.acceptance.records import GapEstimates, PairedRecords, gap_estimates, gaps
 from recipe_audit.stats.array_checks import check_positive_int, check_scalar_prob, make_rng
 
 # Budget (resamples x units) of one chunk of the vectorised bootstrap: small enough that the chunk's
@@ -93,7 +93,7 @@ def cluster_bootstrap(records: PairedRecords, *, B: int = DEFAULT_RESAMPLES, rng
 
 
 @dataclass(frozen=True)
-class GateA:
+class GateA(GapEstimates):
     """Diagnostic (a): the question-clustered paired bootstrap on the held-out split.
 
     ``ci_gap``/``ci_deploy`` are percentile intervals at ``level``; ``ci_gap_sensitivity`` at
@@ -102,12 +102,6 @@ class GateA:
     seed: a labelled comparison only, too narrow when templates are correlated.
     """
 
-    status: str
-    delta_gap: float
-    delta_deploy: float
-    gap_baseline: float
-    gap_defense: float
-    rates: tuple[float, float, float, float]
     ci_gap: tuple[float, float]
     ci_deploy: tuple[float, float]
     ci_gap_sensitivity: tuple[float, float]
@@ -142,8 +136,6 @@ def gate_a(records: PairedRecords, *, B: int = DEFAULT_RESAMPLES, rng=None, leve
     slv = check_scalar_prob("sensitivity_level", sensitivity_level)
     gen, seed, info = make_rng(rng)
     dist = cluster_bootstrap(records, B=B, rng=gen, unit="question")
-    r = records.rates()
-    gap0, gapr, dgap, ddep = gaps(r)
     ci = dist.interval(lv)
     item_ci = item_dep = None
     item_units = None
@@ -152,9 +144,7 @@ def gate_a(records: PairedRecords, *, B: int = DEFAULT_RESAMPLES, rng=None, leve
         idist = cluster_bootstrap(records, B=B, rng=gen2, unit="item")
         item_ci, item_dep, item_units = idist.interval(lv), idist.interval(lv, "delta_deploy"), idist.n_units
     return GateA(
-        status=PASS if ci[1] < 0 else FAIL,
-        delta_gap=float(dgap), delta_deploy=float(ddep), gap_baseline=float(gap0), gap_defense=float(gapr),
-        rates=tuple(float(x) for x in r), ci_gap=ci, ci_deploy=dist.interval(lv, "delta_deploy"),
+        status=PASS if ci[1] < 0 else FAIL, **gap_estimates(records.rates()), ci_gap=ci, ci_deploy=dist.interval(lv, "delta_deploy"),
         ci_gap_sensitivity=dist.interval(slv), level=lv, sensitivity_level=slv, B=dist.B, seed=seed, rng=info,
         n_questions=records.n_questions, n_items=records.n_items,
         n_nan_resamples=int(np.count_nonzero(~np.isfinite(dist.delta_gap))),

@@ -130,5 +130,28 @@ def gaps(rates: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     return gap0, gapr, gapr - gap0, rates[..., R_DEPLOY] - rates[..., B_DEPLOY]
 
 
+@dataclass(frozen=True)
+class GapEstimates:
+    """What diagnostics (a) and (b) both report of one defense/baseline pair: the ``status`` and
+    the point estimates of its records: ``delta_gap`` (Δgap = gap^R − gap^0), ``delta_deploy``
+    (defense − baseline deploy accuracy), ``gap_baseline`` and ``gap_defense`` (each cell's
+    deploy − eval accuracy) and the four pooled ``rates`` (in :data:`STRATUM_NAMES` order).
+    :class:`~.heldout.GateA` and :class:`~.fresh.GateB` add their intervals and standard errors."""
+
+    status: str
+    delta_gap: float
+    delta_deploy: float
+    gap_baseline: float
+    gap_defense: float
+    rates: tuple[float, float, float, float]
+
+
+def gap_estimates(rates: np.ndarray) -> dict[str, float | tuple[float, ...]]:
+    """The point-estimate fields of :class:`GapEstimates` from pooled ``rates`` (shape (4,))."""
+    gap0, gapr, dgap, ddep = gaps(rates)
+    return {"delta_gap": float(dgap), "delta_deploy": float(ddep), "gap_baseline": float(gap0),
+            "gap_defense": float(gapr), "rates": tuple(float(x) for x in rates)}
+
+
 def sd(x: np.ndarray) -> float:
     return float(np.std(x, ddof=1)) if x.size >= 2 else float("nan")
