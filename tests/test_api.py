@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import procs
+from helpers.fast_sqlite import no_sync_module  # noqa: F401 (autouse: its stores commit without a disk sync)
 from scipy.stats import beta
 
 import recipe_audit

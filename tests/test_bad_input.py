@@ -16,6 +16,7 @@ import time
 import pytest
 from helpers import procs
 from helpers.cli import run_cli
+from helpers.fast_sqlite import no_sync_module  # noqa: F401 (autouse: its stores commit without a disk sync)
 from helpers.store import synthetic_sweep
 
 from recipe_audit import keys
@@ -190,12 +191,13 @@ def _sentence_ok(err: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def places(tmp_path_factory):
-    """The store and the paths the table's braces name."""
+def places(tmp_path_factory, migrated_mlflow_db):
+    """The store (in a copy of the suite's empty tables) and the paths the table's braces name."""
     from mlflow.tracking import MlflowClient
 
     tmp = tmp_path_factory.mktemp("bad_input")
     (tmp / "store").mkdir()
+    shutil.copy(migrated_mlflow_db, tmp / "store" / "mlflow.db")
     uri = f"sqlite:///{tmp / 'store' / 'mlflow.db'}"
     values = {s: (0.9 if s % 5 else 0.5) for s in range(30)}
     synthetic_sweep(uri, values, planned=range(32), extra_params={"model_name": "m"})

@@ -8,6 +8,7 @@ import sys
 import pytest
 from helpers import procs
 from helpers.cli import run_cli
+from helpers.fast_sqlite import no_sync_module  # noqa: F401 (autouse: its stores commit without a disk sync)
 from helpers.store import synthetic_sweep
 from scipy import stats as sps
 

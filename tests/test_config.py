@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers.one_thread import one_torch_thread  # noqa: F401 (autouse: tiny models, one thread)
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf

@@ -8,8 +8,10 @@ the runs have, in Python as at the command line."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
+from helpers.fast_sqlite import no_sync_module  # noqa: F401 (autouse: its stores commit without a disk sync)
 from helpers.store import synthetic_sweep
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
@@ -141,10 +143,27 @@ def plain_callback_options(opts, tmp_path):
 # -- the table -------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, migrated_mlflow_db):
+    """One sweep of 25 reruns (seed 3 collapsed), written once: every test here only reads it
+    (a card without ``--log-run`` writes nothing)."""
+    db = tmp_path_factory.mktemp("doors") / "mlflow.db"
+    shutil.copy(migrated_mlflow_db, db)
+    uri = f"sqlite:///{db}"
+    synthetic_sweep(uri, {s: (0.5 if s == 3 else 0.9) for s in range(25)})
+    return uri
+
+
+@pytest.fixture
+def read_store(store, swept, monkeypatch):
+    """The module's sweep as the store every door reads (``MLFLOW_TRACKING_URI``), with the suite's
+    ``store`` fixture's set-up and its checks after the test."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", swept)
+    return swept
+
+
 @pytest.mark.parametrize("opts, words", TABLE, ids=[json.dumps(o) for o, _ in TABLE])
-def test_every_door_gives_the_same_answer(store, tmp_path, capsys, opts, words):
-    if words is None:  # a refusal comes before the store is read: no reruns needed for it
-        synthetic_sweep(store, {s: (0.5 if s == 3 else 0.9) for s in range(25)})
+def test_every_door_gives_the_same_answer(read_store, tmp_path, capsys, opts, words):
     answers = {
         "recipe-audit bound": _answer(lambda: cli_bound(opts, capsys)),
         "recipe-audit card": _answer(lambda: cli_card(opts, capsys, tmp_path)),
@@ -204,8 +223,7 @@ def test_every_door_gives_the_same_answer(store, tmp_path, capsys, opts, words):
     ({"group_by": ["params.lr"]}, ["--group-by", "params.lr"], "No rerun in experiment 'exp' has the key 'params.lr'"),
     ({"seed_key": "params.nope"}, ["--seed-key", "params.nope"], "has the seed key 'params.nope'"),
 ])
-def test_a_key_no_run_has_is_named_in_python_as_at_the_command_line(store, tmp_path, capsys, kw, argv, words):
-    synthetic_sweep(store, {s: 0.9 for s in range(8)})
+def test_a_key_no_run_has_is_named_in_python_as_at_the_command_line(read_store, capsys, kw, argv, words):
     with pytest.raises(ValueError) as info:
         recipe_audit.card("exp", **kw)
     with pytest.raises(ValueError) as cli_info:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.one_thread import one_torch_thread  # noqa: F401 (autouse: tiny models, one thread)
 
 from recipe_audit.config import LoraConfig, ModelConfig, RecipeConfig, TaskConfig
 from recipe_audit.train.loop import NonFiniteLossError, prepare_task, train_rerun

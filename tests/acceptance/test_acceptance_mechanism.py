@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from helpers.acceptance_synth import calibration_items, records, tiny_bert, write_jsonl
 from helpers.cli import run_cli
+from helpers.fast_sqlite import no_sync_module  # noqa: F401 (autouse: its stores commit without a disk sync)
+from helpers.one_thread import one_torch_thread  # noqa: F401 (autouse: tiny models, one thread)
 
 from recipe_audit.acceptance import mechanism as mech
 from recipe_audit.acceptance import mechanism_spec

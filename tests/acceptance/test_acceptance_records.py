@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 from helpers.acceptance_synth import exact, records
+from helpers.fast_sqlite import no_sync_module  # noqa: F401 (autouse: its stores commit without a disk sync)
 
 from recipe_audit.acceptance.records import (
     RecordsError,

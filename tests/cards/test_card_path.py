@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers.fast_sqlite import no_sync_module, own_copy, written_once  # noqa: F401 (no_sync_module: autouse)
 from helpers.store import synthetic_sweep
 
 from recipe_audit import keys
@@ -37,13 +38,42 @@ class Spy:
         monkeypatch.setattr(owner, name, spy)
 
 
-def _two_recipes(uri: str) -> tuple[str, str]:
+def _write_two_recipes(uri: str) -> tuple[str, str]:
     a = synthetic_sweep(uri, BIMODAL, recipe_id="a" * 16, sweep_id="swa")
     b = synthetic_sweep(uri, {s: 0.9 for s in range(30)}, recipe_id="b" * 16, sweep_id="swb")
     return a, b
 
 
-def test_one_card_reads_the_runs_once_and_the_curtailment_record_with_them(store, monkeypatch):
+def _write_one_recipe(uri: str) -> None:
+    synthetic_sweep(uri, BIMODAL, recipe_id="a" * 16, extra_params={"recipe.lr": "0.01"})
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory, migrated_mlflow_db):
+    """The module's two stores, written once: two recipes (their sweeps' parent run ids), and one
+    recipe whose reruns log ``recipe.lr``."""
+    return {name: written_once(tmp_path_factory.mktemp(name), migrated_mlflow_db, write)
+            for name, write in (("two", _write_two_recipes), ("one", _write_one_recipe))}
+
+
+@pytest.fixture
+def _two_recipes(written):
+    """A function giving this test's store its own copy of the two recipes' sweeps."""
+    def copy(uri: str) -> tuple[str, str]:
+        db, parents = written["two"]
+        own_copy(db, uri)
+        return parents
+
+    return copy
+
+
+@pytest.fixture
+def one_recipe(written, store):
+    """This test's store: its own copy of the one recipe's sweep."""
+    return own_copy(written["one"][0], store)
+
+
+def test_one_card_reads_the_runs_once_and_the_curtailment_record_with_them(store, _two_recipes, monkeypatch):
     from mlflow.tracking import MlflowClient
 
     parent, _ = _two_recipes(store)
@@ -73,7 +103,7 @@ def test_one_card_reads_the_runs_once_and_the_curtailment_record_with_them(store
     assert all(e.curtailment.n_planned == 40 for e in curtailed)
 
 
-def test_a_metric_no_run_logged_is_said_from_the_one_read(store, monkeypatch):
+def test_a_metric_no_run_logged_is_said_from_the_one_read(store, _two_recipes, monkeypatch):
     _two_recipes(store)
     runs = Spy(monkeypatch, read_sql, "read_sql")
     with pytest.raises(ValueError, match="has the metric 'val_loss'; metrics logged there: "):
@@ -82,7 +112,8 @@ def test_a_metric_no_run_logged_is_said_from_the_one_read(store, monkeypatch):
     assert runs.calls == 1
 
 
-def test_end_of_sweep_draws_each_plot_once_and_logs_the_files_it_wrote(store, tmp_path, monkeypatch):
+def test_end_of_sweep_draws_each_plot_once_and_logs_the_files_it_wrote(store, _two_recipes, tmp_path,
+                                                                       monkeypatch):
     from mlflow.tracking import MlflowClient
 
     _two_recipes(store)
@@ -113,7 +144,7 @@ def test_end_of_sweep_draws_each_plot_once_and_logs_the_files_it_wrote(store, tm
         assert pngs and all(b in written.values() for b in pngs)
 
 
-def test_a_reused_card_run_is_not_rendered_again(store, monkeypatch):
+def test_a_reused_card_run_is_not_rendered_again(store, _two_recipes, monkeypatch):
     _two_recipes(store)
     card = compute.compute_card(compute.CardRequest(experiment="exp", tracking_uri=store), CardOptions(taus=(0.7,)))
     first = CardOutput(card).log(store, "exp")
@@ -123,11 +154,11 @@ def test_a_reused_card_run_is_not_rendered_again(store, monkeypatch):
     assert rendered.calls == 0 and not any(c.reused for c in first)
 
 
-def test_the_command_line_and_the_api_read_the_store_once_for_their_checks_and_the_card(store, tmp_path,
+def test_the_command_line_and_the_api_read_the_store_once_for_their_checks_and_the_card(one_recipe, tmp_path,
                                                                                        monkeypatch, capsys):
     from recipe_audit import api, cli
 
-    synthetic_sweep(store, BIMODAL, recipe_id="a" * 16, extra_params={"recipe.lr": "0.01"})
+    store = one_recipe
     door = Spy(monkeypatch, read, "read_runs")
     snapshots = Spy(monkeypatch, read_sql, "snapshot")
     params = Spy(monkeypatch, read, "read_params")
@@ -141,10 +172,10 @@ def test_the_command_line_and_the_api_read_the_store_once_for_their_checks_and_t
     assert card.cells[0]["recipe_summary"] == doc["cells"][0]["recipe_summary"]
 
 
-def test_the_gate_takes_the_recipe_params_from_its_history_read(store, monkeypatch):
+def test_the_gate_takes_the_recipe_params_from_its_history_read(one_recipe, monkeypatch):
     from recipe_audit.release.evidence import GatePolicy, recompute
 
-    synthetic_sweep(store, BIMODAL, recipe_id="a" * 16, extra_params={"recipe.lr": "0.01"})
+    store = one_recipe
     params = Spy(monkeypatch, read, "read_params")
     door = Spy(monkeypatch, read, "read_runs")
     ev = recompute(store, "exp", "a" * 16, GatePolicy(tau=0.7, metric="accuracy/calibration"))

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers.fast_sqlite import no_sync_module, own_copy, written_once  # noqa: F401 (no_sync_module: autouse)
 from helpers.store import synthetic_sweep
 from scipy import stats as sps
 
@@ -19,13 +20,27 @@ from recipe_audit.release.compute import CardRequest, compute_cards
 BIMODAL = {s: (0.85 + 0.001 * s if s % 8 else 0.5) for s in range(59)}
 
 
+@pytest.fixture(scope="module")
+def _bimodal_db(tmp_path_factory, migrated_mlflow_db):
+    """The BIMODAL sweep, written once (its parent run id returned with it)."""
+    return written_once(tmp_path_factory.mktemp("bimodal"), migrated_mlflow_db,
+                        lambda uri: synthetic_sweep(uri, BIMODAL))
+
+
+@pytest.fixture
+def bimodal(_bimodal_db, store):
+    """(this test's store, its own copy of the BIMODAL sweep; the sweep's parent run id)."""
+    db, parent = _bimodal_db
+    return own_copy(db, store), parent
+
+
 def _card(uri, **kw):
     opts = kw.pop("opts", CardOptions(taus=(0.7,)))
     return compute_cards(CardRequest(experiment="exp", tracking_uri=uri, **kw), opts)
 
 
-def test_bimodal_mean_ships_card_does_not(store):
-    synthetic_sweep(store, BIMODAL)
+def test_bimodal_mean_ships_card_does_not(bimodal):
+    store, _ = bimodal
     doc = _card(store)
     validate(doc)
     (e,) = doc["cells"]
@@ -103,8 +118,8 @@ def test_bad_options():
             CardOptions(**kw)
 
 
-def test_files_are_whole_and_valid(store, tmp_path):
-    synthetic_sweep(store, BIMODAL)
+def test_files_are_whole_and_valid(bimodal, tmp_path):
+    store, _ = bimodal
     doc = compute_cards(CardRequest(experiment="exp", tracking_uri=store), CardOptions(taus=(0.7, 0.8)),
                         split_audit=True, responsiveness=True, n_splits=50)
     files = render_files(doc, tmp_path / "out")
@@ -125,8 +140,8 @@ def test_files_are_whole_and_valid(store, tmp_path):
     assert not (tmp_path / "bad" / "card.json").exists()
 
 
-def test_card_runs_in_mlflow(store):
-    parent = synthetic_sweep(store, BIMODAL)
+def test_card_runs_in_mlflow(bimodal):
+    store, parent = bimodal
     doc = _card(store, opts=CardOptions(taus=(0.7, 0.8)))
     (logged,) = CardOutput(RecipeCard.from_json(doc)).log(store, "exp", tag_reruns=False)
     rid = logged.run_id

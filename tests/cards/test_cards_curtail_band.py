@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers.fast_sqlite import no_sync_module  # noqa: F401 (autouse: its stores commit without a disk sync)
 from helpers.store import synthetic_sweep
 
 from recipe_audit import keys, stats

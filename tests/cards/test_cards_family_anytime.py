@@ -4,8 +4,10 @@ read as open-ended sweeps (the confidence sequence), from a tracking store."""
 from __future__ import annotations
 
 import io
+import shutil
 
 import pytest
+from helpers.fast_sqlite import no_sync_module  # noqa: F401 (autouse: its stores commit without a disk sync)
 from helpers.store import synthetic_sweep
 
 from recipe_audit.cards.document import RecipeCard
@@ -18,10 +20,11 @@ from recipe_audit.stats import anytime_bound, family_bounds, tail_bound
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory):
-    """One store, written once: experiment 'three' holds three recipe identities, each its own sweep
-    (40 clean reruns, 40 with one failure, 10 clean)."""
+def stores(tmp_path_factory, migrated_mlflow_db):
+    """One store, written once (in a copy of the suite's empty tables): experiment 'three' holds
+    three recipe identities, each its own sweep (40 clean reruns, 40 with one failure, 10 clean)."""
     tmp = tmp_path_factory.mktemp("family_anytime")
+    shutil.copy(migrated_mlflow_db, tmp / "mlflow.db")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     synthetic_sweep(uri, {s: 0.9 for s in range(40)}, experiment="three", recipe_id="a" * 16)
     synthetic_sweep(uri, {s: (0.5 if s == 3 else 0.9) for s in range(40)}, experiment="three", recipe_id="b" * 16)

@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+from helpers.fast_sqlite import no_sync_module  # noqa: F401 (autouse: its stores commit without a disk sync)
 from helpers.store import synthetic_sweep
 from scipy import stats as sps
 

@@ -5,6 +5,7 @@ same sentence."""
 from __future__ import annotations
 
 import copy
+import functools
 
 import jsonschema
 import numpy as np
@@ -16,7 +17,8 @@ from recipe_audit.cards.build import build_card
 from recipe_audit.cards.model import CardError, CardOptions, Cell
 
 
-def _doc(n: int = 300) -> dict:
+@functools.cache
+def _built(n: int = 300) -> dict:
     rng = np.random.default_rng(0)
     values = rng.normal(0.85, 0.05, n)
     values[::37] = np.nan
@@ -27,6 +29,11 @@ def _doc(n: int = 300) -> dict:
                 unfinished=tuple((s, "failed", f"{s:032x}") for s in range(0, n, 37)),
                 planned_seeds=tuple(range(n)), digest="0" * 64)
     return build_card([cell], CardOptions(taus=(0.8, 0.9), bootstrap_B=50), {"experiment": "exp"}).to_json()
+
+
+def _doc() -> dict:
+    """A card of 300 reruns (every 37th failed), built once: each test edits its own copy."""
+    return copy.deepcopy(_built())
 
 
 def _jsonschema_says(doc) -> str | None:
@@ -107,7 +114,7 @@ EDITS = {
 
 @pytest.mark.parametrize("name", list(EDITS))
 def test_accepts_and_refuses_exactly_as_jsonschema_on_the_whole_document(name):
-    doc = copy.deepcopy(_doc())
+    doc = _doc()
     EDITS[name](doc)
     want = _jsonschema_says(doc)
     assert _ours_says(doc) == want

@@ -25,6 +25,7 @@ import pytest
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from helpers.fast_sqlite import commits_without_sync
 from recipe_audit import keys
 from recipe_audit.store.read_sql import clear_engine_cache
 
@@ -262,18 +263,20 @@ _TEMPLATES: dict[str, tuple[Path, Built]] = {}  # built once per process, shared
 
 
 @pytest.fixture(name="_templates", scope="session")
-def templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Built]]:
-    """The scenario databases, written once: name -> (template file, ids)."""
+def templates(tmp_path_factory: pytest.TempPathFactory, migrated_mlflow_db: Path) -> dict[str, tuple[Path, Built]]:
+    """The scenario databases, written once (each in a copy of the suite's empty tables, conftest's
+    ``migrated_mlflow_db``): name -> (template file, ids)."""
     if _TEMPLATES:
         return _TEMPLATES
     root = tmp_path_factory.mktemp("query_templates")
     empty = root / "empty.db"
-    MlflowClient(tracking_uri=f"sqlite:///{empty}").search_experiments()  # runs the migrations once
+    shutil.copy(migrated_mlflow_db, empty)
     out: dict[str, tuple[Path, Built]] = {}
-    for name, builder in _BUILDERS.items():
-        db = root / f"{name}.db"
-        shutil.copy(empty, db)
-        out[name] = (db, builder(f"sqlite:///{db}"))
+    with commits_without_sync():
+        for name, builder in _BUILDERS.items():
+            db = root / f"{name}.db"
+            shutil.copy(empty, db)
+            out[name] = (db, builder(f"sqlite:///{db}"))
     out["empty"] = (empty, Built())
     _TEMPLATES.update(out)
     return _TEMPLATES

@@ -12,6 +12,7 @@ import json
 import time
 
 import pytest
+from helpers.fast_sqlite import no_sync_module  # noqa: F401 (autouse: its stores commit without a disk sync)
 from helpers.store import synthetic_sweep
 from mlflow.tracking import MlflowClient
 
@@ -26,27 +27,6 @@ R, S, T = "a" * 16, "b" * 16, "c" * 16
 METRIC = keys.accuracy_key("calibration")
 FAILS = keys.fails_tag(METRIC, 0.7)
 CI = {"audit": "calibration", "tau": 0.7}  # the CI's policy; the rest at its defaults
-
-
-@pytest.fixture(scope="module")
-def _tables(tmp_path_factory):
-    """An empty store with MLflow's tables, made once (creating them takes seconds)."""
-    path = tmp_path_factory.mktemp("tables") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
-
-
-@pytest.fixture
-def store(store, _tables):
-    """The suite's fresh store (conftest), starting from a copy of the empty tables."""
-    import sqlite3
-    from pathlib import Path
-
-    with sqlite3.connect(_tables) as a, sqlite3.connect(Path(store.removeprefix("sqlite:///"))) as b:
-        a.backup(b)
-    a.close()
-    b.close()
-    return store
 
 
 def _values(n, bad=(), start=0, good=0.9, low=0.5):
@@ -186,9 +166,9 @@ def failing_values_logged_over(uri):
     """``log_metric`` 0.95 over the four failing reruns' metric after they ended, then a card: 0/25."""
     runs = _sweep(uri, _values(25, bad={1, 6, 11, 16}))
     client = MlflowClient(tracking_uri=uri)
-    time.sleep(2.1)  # past the clock tolerance of a run's own values
-    for s in (1, 6, 11, 16):
-        client.log_metric(runs[s], METRIC, 0.95)
+    later = int(time.time() * 1000) + 2100  # the stamp of a value logged 2.1 s from now: past the
+    for s in (1, 6, 11, 16):                # clock tolerance of a run's own values, without the wait
+        client.log_metric(runs[s], METRIC, 0.95, timestamp=later)
     assert _attach(uri, runs[0])["cells"][0]["n_failures"] == 0
     return {}
 

@@ -8,6 +8,8 @@ import shutil
 
 import pytest
 from helpers.cli import run_cli
+from helpers.fast_sqlite import no_sync_module  # noqa: F401 (autouse: its stores commit without a disk sync)
+from helpers.one_thread import one_torch_thread  # noqa: F401 (autouse: tiny models, one thread)
 from helpers.registry_world import BAD, EXP, GOOD, log_rerun, make_world
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
@@ -30,9 +32,11 @@ def _copy_db(src, dst):
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """The store every test starts from (built once; tests that change it work on a copy)."""
+def world(tmp_path_factory, migrated_mlflow_db):
+    """The store every test starts from (built once, in a copy of the suite's empty tables; tests
+    that change it work on a copy)."""
     root = tmp_path_factory.mktemp("world")
+    shutil.copy(migrated_mlflow_db, root / "mlflow.db")
     return make_world(f"sqlite:///{root / 'mlflow.db'}", root)
 
 
