@@ -161,11 +161,11 @@ class ExperimentConfig:
     n_calibration: int = 64  # calibration items for rho_AT (and as many probe items for attack_proj)
     attack_fraction: float = 0.9  # share of install questions whose eval framing gets the wrong answer
     resamples: int = 5000  # gate (a) bootstrap
-    # float type of the base model, the installs and gate (c)'s gradients: float64 or float32
-    # (part of the base cache key). float64, because float32 training amplified the low-order
-    # differences of other CPUs' float kernels or thread counts into other verdicts
-    # (docs/acceptance_cards.md, "The same audit on another machine and other kernels")
-    dtype: str = "float64"
+    # float type of the base model, the installs and gate (c)'s gradients: float32 or float64
+    # (part of the base cache key). float64 does not make the default base the same model under
+    # other float kernels: the training amplifies float64's low-order differences as it does
+    # float32's (docs/acceptance_cards.md, "The same audit on another machine and other kernels")
+    dtype: str = "float32"
     model: AcceptanceModelConfig = field(default_factory=AcceptanceModelConfig)
     base: AcceptanceBaseConfig = field(default_factory=AcceptanceBaseConfig)
     install: AcceptanceInstallConfig = field(default_factory=AcceptanceInstallConfig)
