@@ -70,6 +70,15 @@ def attached(world, tmp_path_factory):
 
 
 @pytest.fixture
+def attached_copy(attached, copy):
+    """A private copy of the attached store (``copy``'s, with version 1 of 'clf' carrying the card),
+    for the tests that change what was attached."""
+    world, uri, tmp = copy
+    _copy_db(attached.removeprefix("sqlite:///"), tmp / "mlflow.db")
+    return world, uri, tmp
+
+
+@pytest.fixture
 def in_tmp(world, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name in ("card.json", "card_bad.json"):
@@ -158,9 +167,8 @@ def test_gate_outcomes(attached, capsys):
     assert rc == 1 and "FAIL (no-card)" in err and "carries no recipe card" in err
 
 
-def test_gate_fails_when_the_store_changed(copy, capsys):
-    world, uri, _ = copy
-    assert _attach_from_run(uri, world, capsys)[0] == 0
+def test_gate_fails_when_the_store_changed(attached_copy, capsys):
+    world, uri, _ = attached_copy
     client = MlflowClient(tracking_uri=uri)
     client.log_batch(world.runs[("good", 7)], metrics=[Metric("accuracy/calibration", 0.4, 0, 99)])
     rc, _, err = run_cli(["gate", "--model-name", "clf", "--version", "1", "--audit", "calibration", "--tau", "0.7",
@@ -169,9 +177,8 @@ def test_gate_fails_when_the_store_changed(copy, capsys):
     assert rc == 1 and "FAIL (unsupported)" in err and "failing seeds: 7" in err and err.count("\n") == 1
 
 
-def test_edited_version_tags_do_not_change_the_gate(copy, capsys):
-    world, uri, _ = copy
-    assert _attach_from_run(uri, world, capsys)[0] == 0
+def test_edited_version_tags_do_not_change_the_gate(attached_copy, capsys):
+    world, uri, _ = attached_copy
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     client.set_model_version_tag("clf", "1", "recipe_audit.card.shift_x.tau_0.7.verdict", "release-supported")
     client.set_model_version_tag("clf", "1", "recipe_audit.card.shift_x.tau_0.7.family_verdict", "release-supported")
@@ -538,13 +545,12 @@ def test_a_card_of_the_users_own_metric_gates_without_audit(copy, capsys):
     assert rc == 0 and "release-supported on audit set 'val_acc'" in out and "22 seeds" in out, err
 
 
-def test_attach_records_the_family_and_the_gate_reads_the_family_wise_verdict(copy, capsys):
+def test_attach_records_the_family_and_the_gate_reads_the_family_wise_verdict(attached, capsys):
     """The world's card covers two recipe identities: attach records the family on the version; the
     gate passes GOOD on the family-wise verdict (29 clean reruns, the floor at δ/2). The family is the
     gate's: a policy that declares ten candidates (floor 44) refuses, --pointwise (a recipe fixed
     before the sweep) passes."""
-    world, uri, tmp = copy
-    assert _attach_from_run(uri, world, capsys)[0] == 0
+    uri = attached
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     stem = keys.card_tag_stem("calibration", 0.7)
     f = registry.attached_cards(client.get_model_version("clf", "1").tags, uri)[stem]  # read from the card
