@@ -105,17 +105,22 @@ def test_holm_matches_closed_testing_brute_force():
 @pytest.mark.parametrize("m,n", [(2, 30), (3, 30), (2, 59)])
 def test_choosing_the_best_of_m_keeps_delta_exact_enumeration(m, n):
     """All M recipes at beta = eps (the supremum over recipes over budget): enumerate every
-    failure-count vector; P(some recipe certified) <= delta family-wise, > delta pointwise."""
+    failure-count vector; P(some recipe certified) <= delta family-wise, > delta pointwise.
+    Whether some recipe is certified does not depend on the order of the counts, so each multiset
+    of counts is read once, weighted by the number of vectors that order it (m! / prod(c_i!))."""
     top = int(0.2 * n)  # counts above cannot be certified at any level: one bucket, read as k = n
     pmf = np.r_[stats.binom.pmf(np.arange(top + 1), n, 0.1), stats.binom.sf(top, n, 0.1)]
     assert verdict(top + 1, n) != "release-supported"
-    fam = point = 0.0
-    for idx in itertools.product(range(top + 2), repeat=m):
-        prob = float(np.prod(pmf[list(idx)]))
+    fam = point = total = 0.0
+    for idx in itertools.combinations_with_replacement(range(top + 2), m):
+        orders = math.factorial(m) // math.prod(math.factorial(idx.count(i)) for i in set(idx))
+        prob = orders * float(np.prod(pmf[list(idx)]))
+        total += prob
         ks = [k if k <= top else n for k in idx]
         card = family_bounds([(k, n) for k in ks], 0.1, 0.1)
         fam += prob * any(x.verdict == "release-supported" for x in card.members)
         point += prob * any(x.pointwise_verdict == "release-supported" for x in card.members)
+    assert total == pytest.approx(1.0, abs=1e-12)  # every vector counted once
     assert fam <= 0.1 < (point if (m, n) != (2, 30) else 1.0)
     assert point == pytest.approx(1 - (1 - _ship_prob(n, 0.1)) ** m, abs=1e-9)
 
