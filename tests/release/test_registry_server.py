@@ -40,10 +40,9 @@ def server(tmp_path_factory, migrated_mlflow_db):
     root = tmp_path_factory.mktemp("server")
     shutil.copy(migrated_mlflow_db, root / "mlflow.db")  # MLflow's tables made: neither side migrates
     db = f"sqlite:///{root / 'mlflow.db'}"
-    # the world's experiment keeps its artifacts where the server's would (--default-artifact-root);
-    # opened before the server starts, which switches the file to SQLite's write-ahead log, so the
+    # the world's experiment made before the server starts (its artifacts beside the file, as the
+    # server's are): the project's store switches the file to SQLite's write-ahead log, so the
     # server's reads and the world's writes do not block each other
-    MlflowClient(tracking_uri=db).create_experiment(EXP, artifact_location=str(root / "artifacts" / "exp"))
     tracking.open_store(db, EXP)
     port = _free_port()
     exe = shutil.which("mlflow")
