@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import fcntl
 import os
-import subprocess
 import sys
 
 import pytest
+from helpers import procs
 from helpers.app import REPO, SMALL, run_app
 from omegaconf import OmegaConf
 
@@ -178,8 +178,8 @@ def test_a_sweep_places_its_parallel_workers_on_faked_gpus(tmp_path, store):
 
 
 def test_the_gpu_bench_stops_with_one_sentence_without_a_gpu():
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "bench_gpu.py")], capture_output=True, text=True,
-                          env={**os.environ, devices.CVD: ""}, timeout=120)
+    proc = procs.run([sys.executable, str(REPO / "bench" / "bench_gpu.py")], capture_output=True, text=True,
+                     env={**os.environ, devices.CVD: ""}, timeout=120)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("bench_gpu: no GPU is visible here") and proc.stderr.count("\n") == 1
 

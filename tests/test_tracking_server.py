@@ -100,7 +100,7 @@ def test_no_secret_in_argv_logs_or_readable_files(server, monkeypatch):
     auth = base64.b64encode(f"admin:{ADMIN_PW}".encode()).decode()
     req = urllib.request.Request(uri + "/api/2.0/mlflow/experiments/search?max_results=5",
                                  headers={"Authorization": f"Basic {auth}"})
-    with urllib.request.urlopen(req, timeout=30) as r:
+    with urllib.request.urlopen(req, timeout=procs.timeout(30)) as r:
         assert r.status == 200 and "experiments" in json.loads(r.read())
 
     argvs = _argvs()
