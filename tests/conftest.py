@@ -29,12 +29,14 @@ def _no_sweep_leaks():
 @pytest.fixture(scope="session")
 def migrated_mlflow_db(tmp_path_factory) -> Path:
     """An empty MLflow SQLite database with its tables made, once per session: creating them runs
-    MLflow's migrations (about 7 s on a quiet 2-core machine, most of it waiting for the disk), a
-    copy of the file takes milliseconds."""
+    MLflow's migrations (about 7 s on a quiet 2-core machine, most of it waiting for the disk, which
+    its commits skip here: helpers/fast_sqlite.py), a copy of the file takes milliseconds."""
+    from helpers.fast_sqlite import commits_without_sync
     from mlflow.tracking import MlflowClient
 
     db = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    with commits_without_sync():
+        MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
     return db
 
 
