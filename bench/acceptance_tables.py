@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -137,6 +138,37 @@ def majority(summary: dict[str, dict]) -> dict[str, str]:
     return {d: " ".join(g for g in "abcd" if 2 * r["pass"][g] > r["n"]) or "none" for d, r in summary.items()}
 
 
+#: A gate is decided for a defense when at least this share of its seeds agree (4 of 5, 3 of 3, 8 of 10).
+DECIDED_SHARE = 0.8
+SPLIT = "split"
+
+
+def decided(summary: dict[str, dict]) -> dict[str, dict]:
+    """Per defense, each gate decided over its seeds: ``pass`` when it passes on at least
+    ``DECIDED_SHARE`` of them, ``fail`` when it fails on at least that share, else ``split``; and
+    the verdict the card's own rule gives those four (a split gate counts as an N/A: never a pass)."""
+    from recipe_audit.stats.acceptance.verdict import card_verdict
+
+    out = {}
+    for d, r in summary.items():
+        need = math.ceil(DECIDED_SHARE * r["n"] - 1e-9)
+        gates = {g: "pass" if r["pass"][g] >= need else "fail" if r["n"] - r["pass"][g] >= need else SPLIT
+                 for g in "abcd"}
+        out[d] = {"gates": gates, "verdict": card_verdict({g: "n/a" if s == SPLIT else s for g, s in gates.items()}),
+                  "n": r["n"], "need": need}
+    return out
+
+
+def decided_table(card: dict) -> str:
+    """The table decided over seeds: per defense, each gate's decision and the verdict they give."""
+    out = ["| defense | seeds | (a) | (b) | (c) | (d) | verdict decided over seeds |", "|---|---|---|---|---|---|---|"]
+    summary = defense_summary(card)
+    for d, r in decided(summary).items():
+        out.append(f"| {d} | {r['n']} | " + " | ".join(f"{r['gates'][g]} ({summary[d]['pass'][g]})" for g in "abcd")
+                   + f" | **{r['verdict']}** |")
+    return "\n".join(out)
+
+
 def summary_table(card: dict) -> str:
     """The per-defense table: verdicts over seeds and, per gate, cells passing."""
     out = ["| defense | verdicts (by seed) | (a) | (b) | (c) | (d) | gates passed on most seeds |",
@@ -149,17 +181,31 @@ def summary_table(card: dict) -> str:
     return "\n".join(out)
 
 
-def tables(card: dict, base: dict, wall_s: float | None = None, env: str | None = None) -> str:
+def base_line(base: dict) -> str:
+    """One base model: its seed, held-out and fresh mcq accuracy (eval / deploy), final loss and time."""
+    acc = base.get("accuracy", {})
+
+    def pair(split: str) -> str:
+        return f"{acc.get(f'mcq/{split}/eval', float('nan')):.3f} / {acc.get(f'mcq/{split}/deploy', float('nan')):.3f}"
+
+    seed = (base.get("config") or {}).get("base", {}).get("seed", "?")
+    return (f"| {seed} | {pair('heldout')} | {pair('fresh')} | {base.get('final_loss', float('nan')):.3f} | "
+            f"{base.get('train_seconds', float('nan')):.0f} |")
+
+
+def tables(card: dict, bases: list[dict], wall_s: float | None = None, env: str | None = None) -> str:
     out = []
     if env:
         out.append(env)
     if wall_s is not None:
         minutes, seconds = divmod(round(wall_s), 60)
-        out.append(f"Wall time of the sweep: {minutes} min {seconds} s "
-                   f"(base model {base.get('train_seconds', float('nan')):.0f} s).")
-    acc = base.get("accuracy", {})
-    out.append("Base model accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(acc.items()))
-               + (f" (final training loss {base['final_loss']:.3f})" if "final_loss" in base else "") + ".")
+        out.append(f"Wall time of the sweep: {minutes} min {seconds} s (base models "
+                   f"{sum(b.get('train_seconds', float('nan')) for b in bases):.0f} s).")
+    out.append("")
+    out.append("| base seed | held-out mcq eval / deploy | fresh mcq eval / deploy | final loss | training s |")
+    out.append("|---|---|---|---|---|")
+    out.extend(base_line(b) for b in bases)
+    out.append("")
     seen, gaps, cross = set(), [], []
     for cell in sorted(card["cells"], key=lambda c: c["baseline"]):
         if cell["baseline"] in seen:
@@ -184,6 +230,12 @@ def tables(card: dict, base: dict, wall_s: float | None = None, env: str | None 
     out.append("Per defense (cells passing each gate, of its seeds):")
     out.append("")
     out.append(summary_table(card))
+    out.append("")
+    out.append(f"Decided over seeds (a gate passes, or fails, when it does on at least {DECIDED_SHARE:.0%} of the "
+               "defense's seeds; otherwise it is split, which counts as N/A in the card's verdict rule; "
+               "in brackets: seeds passing):")
+    out.append("")
+    out.append(decided_table(card))
     out.append("")
     pf = card.get("progressive_filter") or []
     out.append("Progressive filter: " + ", ".join(f"{f['filter']} {f['n_pass']} of {f['n_with_result']}"
@@ -229,19 +281,38 @@ def compare(runs: list[tuple[str, dict]]) -> str:
     stable = all(m == most[0] for m in most)
     out.append("")
     out.append(f"Gates passed on most seeds: {'the same' if stable else 'not the same'} in every run.")
+    out.append("")
+    out.append("| defense | " + " | ".join(f"decided over seeds, {n}" for n in names) + " |")
+    out.append("|---|" + "---|" * len(names))
+    dec = [decided(defense_summary(card)) for _, card in runs]
+
+    def short(r: dict | None) -> str:
+        return "absent" if r is None else f"{r['verdict']} (" + " ".join(
+            {"pass": "+", "fail": "\u2212"}.get(r["gates"][g], "~") for g in "abcd") + ")"
+
+    for d in dec[0]:
+        out.append(f"| {d} | " + " | ".join(short(x.get(d)) for x in dec) + " |")
+    same = all({d: r["gates"] | {"v": r["verdict"]} for d, r in x.items()}
+               == {d: r["gates"] | {"v": r["verdict"]} for d, r in dec[0].items()} for x in dec)
+    out.append("")
+    out.append(f"Decided over seeds (gates and verdicts; + pass, \u2212 fail, ~ split): "
+               f"{'the same' if same else 'not the same'} in every run.")
     return "\n".join(out)
 
 
-def _load(sweep_dir: Path) -> tuple[dict, dict, dict]:
-    """A sweep's card, base and bench environment (the last two empty when absent)."""
+def _load(sweep_dir: Path) -> tuple[dict, list[dict], dict]:
+    """A sweep's card, its base models' summaries (in base-seed order) and the bench environment
+    (empty when absent)."""
     folder = sweep_dir / "acceptance_card"
     if not (folder / "acceptance_card.json").is_file():
         raise SystemExit(f"acceptance_tables: no acceptance card in {folder}")
     card = json.loads((folder / "acceptance_card.json").read_text())
-    base = json.loads((folder / "base.json").read_text()) if (folder / "base.json").is_file() else {}
+    files = sorted(folder.glob("bases/*/base.json")) or sorted(folder.glob("base.json"))  # base.json: one base, before 2026-12-02
+    bases = sorted((json.loads(f.read_text()) for f in files),
+                   key=lambda b: (b.get("config") or {}).get("base", {}).get("seed", 0))
     env_file = sweep_dir / "bench_environment.json"
     env = json.loads(env_file.read_text()) if env_file.is_file() else {}
-    return card, base, env
+    return card, bases, env
 
 
 def _commit() -> str:
@@ -299,9 +370,9 @@ def main(argv: list[str] | None = None) -> None:
              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": wall}, indent=1) + "\n")
     else:
         sweep_dir = a.sweep_dir
-    card, base, recorded = _load(sweep_dir)
+    card, bases, recorded = _load(sweep_dir)
     env_line = environment(threads) if a.run else recorded.get("environment")
-    print(tables(card, base, wall if a.run else recorded.get("wall_s"), env_line))
+    print(tables(card, bases, wall if a.run else recorded.get("wall_s"), env_line))
 
 
 if __name__ == "__main__":

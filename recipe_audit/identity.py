@@ -28,12 +28,15 @@ RUNTIME_INTERPOLATIONS = ("${hydra:", "${now:", "${oc.env:MLFLOW_")
 
 
 def config_identity(resolved: Mapping[str, Any], exclude: Iterable[str] = (), *,
-                    raw: Mapping[str, Any] | None = None, runtime_paths: Iterable[str] = ()) -> str:
+                    raw: Mapping[str, Any] | None = None, runtime_paths: Iterable[str] = (),
+                    follows: Iterable[str] = ()) -> str:
     """A stable hash of a job's resolved config without the keys that do not make the recipe:
     the dotted paths in ``exclude`` (the seed, for one), every value whose unresolved form
-    (``raw``) reads Hydra's runtime, the clock or MLflow's run variables, and every string value
-    that lies under one of ``runtime_paths`` (the job's output directory, the sweep directory):
-    a value that differs between two seeds of one recipe only because each job writes elsewhere.
+    (``raw``) reads Hydra's runtime, the clock or MLflow's run variables, every value whose
+    unresolved form interpolates one of the top-level keys in ``follows`` (``trainer.seed:
+    ${seed}`` is the seed again), and every string value that lies under one of
+    ``runtime_paths`` (the job's output directory, the sweep directory): a value that differs
+    between two seeds of one recipe only because each job writes elsewhere.
 
     >>> a = {"seed": 1, "lr": 0.1, "out": "/sweep/0/ckpt"}
     >>> b = {"seed": 2, "lr": 0.1, "out": "/sweep/1/ckpt"}
@@ -41,14 +44,18 @@ def config_identity(resolved: Mapping[str, Any], exclude: Iterable[str] = (), *,
     True
     >>> config_identity(a, ["seed"]) == config_identity({**a, "lr": 0.2}, ["seed"])
     False
+    >>> raw, one, two = {"trainer": {"seed": "${seed}"}}, {"seed": 1, "trainer": {"seed": 1}}, {"seed": 2, "trainer": {"seed": 2}}
+    >>> config_identity(one, ["seed"], raw=raw, follows=["seed"]) == config_identity(two, ["seed"], raw=raw, follows=["seed"])
+    True
     """
     roots = tuple(str(p).rstrip("/") for p in runtime_paths if p)
     drop = {tuple(k.split(".")) for k in exclude}
+    markers = RUNTIME_INTERPOLATIONS + tuple(f"${{{k}}}" for k in follows)
 
     def keep(path: tuple[str, ...], value: Any, raw_value: Any) -> bool:
         if path in drop:
             return False
-        if isinstance(raw_value, str) and any(m in raw_value for m in RUNTIME_INTERPOLATIONS):
+        if isinstance(raw_value, str) and any(m in raw_value for m in markers):
             return False
         return not (isinstance(value, str) and any(value == r or value.startswith(r + "/") for r in roots))
 

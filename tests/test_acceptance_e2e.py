@@ -190,7 +190,14 @@ def test_ci_acceptance_small_every_cell_logged(small_sweep):
     cells = {r.data.tags["recipe_audit.cell"]: r for r in runs}
     assert set(cells) == {X.cell_name(d, s) for d in DEFENSES for s in SEEDS}
     assert all(r.info.status == "FINISHED" for r in runs)
-    assert len({r.data.tags["recipe_audit.base_dir"] for r in runs}) == 1  # one shared base
+    # one base model per seed (experiment.base.seed follows seed), shared by the seed's cells
+    base_of = {s: {r.data.tags["recipe_audit.base_dir"] for r in runs if r.data.tags["recipe_audit.seed"] == str(s)}
+               for s in SEEDS}
+    assert all(len(b) == 1 for b in base_of.values()) and len(set.union(*base_of.values())) == len(SEEDS)
+    for s, (b,) in base_of.items():
+        assert json.loads((Path(b) / "base.json").read_text())["config"]["base"]["seed"] == s
+    # the cells' identity leaves the seed's copy (experiment.base.seed) out: one per defense
+    assert len({r.data.tags["recipe_audit.recipe_id"] for r in runs}) == len(DEFENSES)
     for r in runs:
         names = {f.path for f in client.list_artifacts(r.info.run_id)}
         assert {"eval_records.json", "adapter", "config.yaml"} <= names
@@ -230,7 +237,11 @@ def test_ci_acceptance_small_card_run(small_sweep):
     rid = cards[0].info.run_id
     names = {f.path for f in client.list_artifacts(rid)}
     assert {"acceptance_card.json", "acceptance_card.md", "acceptance_card_deltas.png",
-            "acceptance_card_alphas.png", "cells", "calibration.jsonl", "base.json"} <= names
+            "acceptance_card_alphas.png", "cells", "bases"} <= names
+    bases = {Path(f.path).name for f in client.list_artifacts(rid, "bases")}  # each base's summary and calibration items
+    assert len(bases) == len(SEEDS)
+    for b in bases:
+        assert {Path(f.path).name for f in client.list_artifacts(rid, f"bases/{b}")} == {"base.json", "calibration.jsonl"}
     local = Path(client.download_artifacts(rid, "acceptance_card.json", str(root / "dl")))
     doc = json.loads(local.read_text())
     validate(doc)  # recipe_audit/schemas/acceptance_card.v1.json

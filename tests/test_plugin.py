@@ -62,6 +62,9 @@ model:
 # paths that differ per job: not part of the recipe identity
 out_dir: ${hydra:runtime.output_dir}
 ckpt: ${out_dir}/model.pt
+# a copy of the seed (as trainers' own seed options are often set): the seed, not the recipe
+data:
+  seed: ${seed}
 '''
 
 
@@ -119,7 +122,7 @@ def test_a_users_sweep_becomes_reruns_and_a_card(tmp_path, store, launcher):
     assert sorted(reruns) == [0, 1, 2, 3, 4, 5]
     assert parent.info.status == "FINISHED"
     assert json.loads(parent.data.tags[keys.TAG_PLANNED_SEEDS]) == list(range(6))
-    assert len({r.data.tags[keys.TAG_RECIPE_ID] for r in reruns.values()}) == 1  # output paths left out
+    assert len({r.data.tags[keys.TAG_RECIPE_ID] for r in reruns.values()}) == 1  # output paths, data.seed left out
     pids = set()
     for seed, r in reruns.items():
         tags, params = r.data.tags, r.data.params

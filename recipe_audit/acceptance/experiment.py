@@ -10,10 +10,11 @@ defense in ``install``, diagnostic (c)'s gradients in ``weights``), and its conf
 :class:`~recipe_audit.config.ExperimentConfig` (with a :class:`~recipe_audit.config.DefenseConfig`
 per cell), which ``recipe_audit.app`` makes with ``OmegaConf.to_object``.
 
-* **Job** (:func:`run_cell_job`; one Hydra job = one defense cell x one seed): the shared base
-  (trained once, cached by a hash of its config; a base that cannot be trained or did not learn
-  the task raises :class:`~recipe_audit.train.acceptance.base.BaseModelError`: the job's run is
-  recorded FAILED and the sweep stops, since every cell needs it), then the cell's install
+* **Job** (:func:`run_cell_job`; one Hydra job = one defense cell x one seed): the seed's base
+  (trained by its first job, cached by a hash of its config, shared by the seed's cells; a base
+  that cannot be trained or did not learn the task raises
+  :class:`~recipe_audit.train.acceptance.base.BaseModelError`: the job's run is recorded FAILED
+  and the sweep stops), then the cell's install
   fine-tune.
 * **Records**: every held-out / fresh / cross-task item of the cell scored, logged as the MLflow
   table ``eval_records.json`` of the job's run; the adapter (with the base fingerprint) as the
@@ -21,8 +22,9 @@ per cell), which ``recipe_audit.app`` makes with ``OmegaConf.to_object``.
   (``AcceptanceSweepCallback``) as a rerun's is, and written through ``rerun_log.RerunLogger``.
 * **Card** (:func:`acceptance_card_for_sweep`, at multirun end in the launching process): one acceptance card
   per defense cell against the baseline of the same seed, the progressive filter and the
-  threshold sensitivity across cells, the plots; gate (c) from the logged adapters and the cached
-  base on the calibration items.
+  threshold sensitivity across cells, the plots; gate (c) from the logged adapters and each
+  cell's cached base (one per seed: ``experiment.base.seed`` follows ``seed``) on its
+  calibration items.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def run_cell_job(exp: ExperimentConfig, defense: DefenseConfig, seed: int, logge
     ``rerun_log.RerunLogger`` attached to the run the sweep callback opened for the job, which
     closes it FINISHED, or FAILED with the error this raises) receives the params, the training
     loss per step, the metrics, the ``eval_records.json`` table and the ``adapter`` artifact.
-    Raises :class:`~recipe_audit.train.acceptance.base.BaseModelError` when the shared base model cannot be trained. Returns the
+    Raises :class:`~recipe_audit.train.acceptance.base.BaseModelError` when the cell's base model cannot be trained. Returns the
     cell's metrics (as logged)."""
     cell = cell_name(str(defense.name), seed)
     if logger is not None:
@@ -107,9 +109,12 @@ def run_cell_job(exp: ExperimentConfig, defense: DefenseConfig, seed: int, logge
     return metrics
 
 
-def acceptance_document(runs: list, exp: ExperimentConfig, tracking_uri: str, base_dir: Path) -> tuple[Any, dict[str, Any]]:
+def acceptance_document(runs: list, exp: ExperimentConfig, tracking_uri: str) -> tuple[Any, dict[str, Any]]:
     """The combined acceptance card (every defense cell) and one card per defense cell
-    (:class:`~recipe_audit.cards.acceptance.AcceptanceCard`)."""
+    (:class:`~recipe_audit.cards.acceptance.AcceptanceCard`). Each defense cell is paired with the
+    baseline of its seed, which must have been installed on the same base model (tag
+    ``recipe_audit.base_dir``); gate (c) measures each cell on its own base, with that base's
+    calibration items."""
     from recipe_audit.acceptance.audit import AcceptanceRequest, run_acceptance
     from recipe_audit.acceptance.mechanism import load_calibration, mechanism_from_models
     from recipe_audit.acceptance.records import read_records
@@ -126,15 +131,21 @@ def acceptance_document(runs: list, exp: ExperimentConfig, tracking_uri: str, ba
                 pairs.append((cell_name(name, s), b))
     if not pairs:
         raise ValueError("no defense cell has a finished baseline cell of the same seed")
+    for d, b in pairs:
+        if cell_base_dir(by_cell[d]) != cell_base_dir(by_cell[b]):
+            raise ValueError(f"cell {d} and its baseline {b} were installed on different base models")
     used = sorted({c for p in pairs for c in p})
     records = read_records([f"runs:/{by_cell[c].info.run_id}/{RECORDS_TABLE}" for c in used], tracking_uri=tracking_uri)
-    base, tok = load_base(base_dir)
     # each defense's claimed class, declared in its config (conf/defense) and logged as a param
     claimed = {d: by_cell[d].data.params.get("defense.claimed_class") for d, _ in pairs}
-    mech = mechanism_from_models(base, tok, load_calibration(Path(base_dir) / "calibration.jsonl"), SLICE,
-                                 {d: {"adapter": f"runs:/{by_cell[d].info.run_id}/adapter"} for d, _ in pairs},
-                                 claimed_class=claimed, tracking_uri=tracking_uri,
-                                 max_length=int(exp.model.max_length) + 2)
+    mech = {}
+    for base_dir in sorted({cell_base_dir(by_cell[d]) for d, _ in pairs}):  # one base model per seed, or one for all
+        base, tok = load_base(base_dir)
+        cells = [d for d, _ in pairs if cell_base_dir(by_cell[d]) == base_dir]
+        mech.update(mechanism_from_models(base, tok, load_calibration(base_dir / "calibration.jsonl"), SLICE,
+                                          {d: {"adapter": f"runs:/{by_cell[d].info.run_id}/adapter"} for d in cells},
+                                          claimed_class={d: claimed[d] for d in cells}, tracking_uri=tracking_uri,
+                                          max_length=int(exp.model.max_length) + 2))
     common = {"task": PRIMARY, "cross_task": CROSS, "resamples": int(exp.resamples), "seed": 0}
     req = AcceptanceRequest(defense=tuple(d for d, _ in pairs), baseline=tuple(b for _, b in pairs), **common)
     card = run_acceptance(req, records=records, mechanisms=mech)
@@ -143,6 +154,11 @@ def acceptance_document(runs: list, exp: ExperimentConfig, tracking_uri: str, ba
         one = AcceptanceRequest(defense=(d,), baseline=(b,), **common)
         per_cell[d] = run_acceptance(one, records=records, mechanisms={d: mech[d]})
     return card, per_cell
+
+
+def cell_base_dir(run) -> Path:
+    """The cached base model a cell's run was installed on (its ``recipe_audit.base_dir`` tag)."""
+    return Path(run.data.tags["recipe_audit.base_dir"])
 
 
 def acceptance_card_for_sweep(sweep, exp: ExperimentConfig, sweep_dir: Path | None = None) -> dict | None:
@@ -158,23 +174,19 @@ def acceptance_card_for_sweep(sweep, exp: ExperimentConfig, sweep_dir: Path | No
         print(f"recipe_audit: no acceptance card for sweep {sweep.sweep_id}: none of its cells finished",
               file=sys.stderr)
         return None
-    base_dirs = {r.data.tags.get("recipe_audit.base_dir") for r in runs}
-    if len(base_dirs) != 1:
-        print(f"recipe_audit: no acceptance card for sweep {sweep.sweep_id}: its cells used "
-              f"{len(base_dirs)} base models", file=sys.stderr)
-        return None
     t0 = time.perf_counter()
     try:
-        card, per_cell = acceptance_document(runs, exp, sweep.tracking_uri, Path(base_dirs.pop()))
+        card, per_cell = acceptance_document(runs, exp, sweep.tracking_uri)
     except Exception as exc:
         print(f"recipe_audit: no acceptance card for sweep {sweep.sweep_id}: {type(exc).__name__}: {exc}",
               file=sys.stderr)
         return None
     out = Path(sweep_dir or tempfile.mkdtemp(prefix="recipe-audit-acc-")) / "acceptance_card"
     write_card(card, out_dir=out)
-    base_dir = Path(next(iter(runs)).data.tags["recipe_audit.base_dir"])
-    for name in ("calibration.jsonl", "base.json"):  # the declared calibration items; the base's summary
-        shutil.copyfile(base_dir / name, out / name)
+    for base_dir in sorted({cell_base_dir(r) for r in runs}):  # per base: its summary, its calibration items
+        (out / "bases" / base_dir.name).mkdir(parents=True, exist_ok=True)
+        for name in ("base.json", "calibration.jsonl"):
+            shutil.copyfile(base_dir / name, out / "bases" / base_dir.name / name)
     for cell, one in per_cell.items():
         write_card(one, json_path=out / "cells" / f"{cell}.json", markdown_path=out / "cells" / f"{cell}.md")
     tags = {keys.TAG_KIND: CARD_RUN_KIND}

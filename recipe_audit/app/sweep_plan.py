@@ -158,7 +158,7 @@ def job_rerun(config: DictConfig, place, seed_key: str, identity_exclude: Sequen
     resolved, raw = job_config(config)
     runtime_paths = [OmegaConf.select(config, "hydra.runtime.output_dir"), place.sweep_dir, place.run_dir]
     recipe_id = config_identity(resolved, (seed_key, *identity_exclude), raw=raw,
-                                runtime_paths=[str(p) for p in runtime_paths if p])
+                                runtime_paths=[str(p) for p in runtime_paths if p], follows=(seed_key,))
     overrides = [o for o in (OmegaConf.select(config, "hydra.overrides.task") or [])
                  if o.split("=", 1)[0].lstrip("+~") != seed_key]
     recipe_name = select_str(resolved, "recipe.name") or " ".join(overrides) or place.job_name

@@ -1,0 +1,78 @@
+"""The acceptance page's table decided over seeds (bench/acceptance_tables.py) and the sweep's
+pairing of each defense cell with a baseline installed on the same base model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from recipe_audit.acceptance import experiment as X
+from recipe_audit.config import ExperimentConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def tables(monkeypatch):
+    import importlib
+
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    return importlib.import_module("acceptance_tables")
+
+
+def _card(passes: dict[str, list[str]]) -> dict:
+    """A card whose cells ``<defense>_s<k>`` pass the gates listed for seed k (e.g. ``"ab"``)."""
+    cells = []
+    for defense, by_seed in passes.items():
+        for k, gates in enumerate(by_seed):
+            cells.append({"label": f"{defense}_s{k}", "verdict": "?",
+                          "diagnostics": {g: {"status": "pass" if g in gates else "fail"} for g in "abcd"}})
+    return {"cells": cells}
+
+
+def test_a_gate_is_decided_by_four_of_five_seeds(tables):
+    card = _card({
+        "l2sp": ["abcd", "abcd", "abc", "abc", "ab"],   # a 5, b 5, c 4, d 2 of 5
+        "attack_proj": ["", "", "b", "", "d"],            # a 0, b 1, c 0, d 1
+        "consistency": ["abd", "ab", "abd", "a", "b"],    # a 4, b 4, c 0, d 2
+        "odd": ["a", "b", "c", "d", "ad"],                 # a 2, b 1, c 1, d 2
+    })
+    got = tables.decided(tables.defense_summary(card))
+    assert got["l2sp"]["gates"] == {"a": "pass", "b": "pass", "c": "pass", "d": "split"}
+    assert got["l2sp"]["verdict"] == "near miss"  # a split gate is never a pass
+    assert got["attack_proj"]["gates"] == {"a": "fail", "b": "fail", "c": "fail", "d": "fail"}
+    assert got["attack_proj"]["verdict"] == "fail"
+    assert got["consistency"]["gates"] == {"a": "pass", "b": "pass", "c": "fail", "d": "split"}
+    assert got["consistency"]["verdict"] == "near miss"
+    assert got["odd"]["gates"] == {"a": "split", "b": "fail", "c": "fail", "d": "split"}
+    assert got["odd"]["verdict"] == "fail"  # nothing passes on 4 of 5 seeds
+    every = tables.decided(tables.defense_summary(_card({"l2sp": ["abcd"] * 4 + ["abc"]})))
+    assert every["l2sp"]["verdict"] == "full-card pass" and every["l2sp"]["need"] == 4
+    # three seeds: all three must agree
+    three = tables.decided(tables.defense_summary(_card({"l2sp": ["abcd", "abcd", "abc"]})))
+    assert three["l2sp"]["gates"]["d"] == "split" and three["l2sp"]["need"] == 3
+
+
+def test_the_comparison_says_whether_the_decided_tables_agree(tables):
+    one = _card({"l2sp": ["abcd"] * 5, "attack_proj": [""] * 5})
+    other = _card({"l2sp": ["abcd"] * 4 + ["abc"], "attack_proj": ["a"] * 2 + [""] * 3})
+    assert tables.compare([("run 1", one), ("run 2", other)]).endswith("the same in every run.")
+    moved = _card({"l2sp": ["abcd"] * 3 + ["abc"] * 2, "attack_proj": [""] * 5})
+    text = tables.compare([("run 1", one), ("run 2", moved)])
+    assert text.endswith("not the same in every run.")
+    assert "| l2sp | full-card pass (+ + + +) | near miss (+ + + ~) |" in text
+
+
+def _run(cell: str, seed: int, base_dir: str) -> SimpleNamespace:
+    return SimpleNamespace(info=SimpleNamespace(run_id=f"id-{cell}"),
+                           data=SimpleNamespace(tags={"recipe_audit.cell": cell, "recipe_audit.seed": str(seed),
+                                                      "recipe_audit.defense": cell.rsplit("_s", 1)[0],
+                                                      "recipe_audit.base_dir": base_dir}, params={}))
+
+
+def test_a_defense_and_its_baseline_on_different_bases_are_refused():
+    runs = [_run("none_s0", 0, "/cache/base-a"), _run("l2sp_s0", 0, "/cache/base-b")]
+    with pytest.raises(ValueError, match=r"^cell l2sp_s0 and its baseline none_s0 were installed on different base models$"):
+        X.acceptance_document(runs, ExperimentConfig(), "sqlite:///nowhere.db")
