@@ -9,8 +9,14 @@
 ``--run`` runs ``python -m recipe_audit -m experiment=acceptance`` (plus ``--overrides``) in a fresh
 temporary store and sweep directory, as the docs' first command does, and times it; the sweep
 directory keeps the environment line in ``bench_environment.json`` for ``--compare``. The tables
-are printed as the docs show them (Markdown), from the sweep's ``acceptance_card.json`` and
-``base.json`` only: every number of that section of the docs comes from this script's output.
+are printed as the docs show them (Markdown), from the sweep's ``acceptance_card.json`` and its
+bases' ``base.json`` only: every number of that section of the docs comes from this script's output.
+
+The sweep gives each seed its own base model, so a cell's verdict carries the luck of its base;
+the table *decided over seeds* is what the page concludes: per defense, a gate passes (or fails)
+when it does on at least ``DECIDED_SHARE`` (80 %) of the defense's seeds and is split otherwise,
+and the card's verdict rule turns the four decisions into the defense's verdict (a split gate
+counts as N/A: never a pass). ``--compare`` says whether several sweeps decide the same.
 
 ``--kernels`` emulates the float kernels of other CPU kinds on this one (``KERNELS``: ``avx2`` is
 torch's vectorised kernels at AVX2 with MKL's compatible matrix products, ``default`` torch's
@@ -231,7 +237,7 @@ def tables(card: dict, bases: list[dict], wall_s: float | None = None, env: str 
     out.append("")
     out.append(summary_table(card))
     out.append("")
-    out.append(f"Decided over seeds (a gate passes, or fails, when it does on at least {DECIDED_SHARE:.0%} of the "
+    out.append(f"Decided over seeds (a gate passes, or fails, when it does on at least {DECIDED_SHARE * 100:.0f} % of the "
                "defense's seeds; otherwise it is split, which counts as N/A in the card's verdict rule; "
                "in brackets: seeds passing):")
     out.append("")

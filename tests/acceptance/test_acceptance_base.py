@@ -46,7 +46,7 @@ def test_default_size_declares_the_recipe_and_the_floor(tmp_path):
     exp = _default_experiment(tmp_path)
     assert isinstance(exp, ExperimentConfig)
     assert exp.base.grad_clip == 1.0
-    assert exp.base.steps == 6000
+    assert exp.base.steps == 10000
     assert 0.8 <= exp.base.min_accuracy < DOCUMENTED_HELDOUT[0]
 
 
