@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_audit.config import DefenseConfig, ExperimentConfig
+from recipe_audit.errors import first_line
 from recipe_audit.keys import KIND_ACCEPTANCE_CELL
 from recipe_audit.train.acceptance.base import base_dir_for, base_key, ensure_base, load_base
 from recipe_audit.train.acceptance.data import CROSS, PRIMARY
@@ -49,6 +50,7 @@ log = logging.getLogger("recipe_audit")
 
 __all__ = [
     "CELL_KIND",
+    "AcceptanceCardError",
     "EXPERIMENT_KIND",
     "acceptance_card_for_sweep",
     "acceptance_document",
@@ -161,10 +163,15 @@ def cell_base_dir(run) -> Path:
     return Path(run.data.tags["recipe_audit.base_dir"])
 
 
+class AcceptanceCardError(Exception):
+    """The sweep's cells finished but no acceptance card could be made from them (one sentence)."""
+
+
 def acceptance_card_for_sweep(sweep, exp: ExperimentConfig, sweep_dir: Path | None = None) -> dict | None:
     """At multirun end: the acceptance cards of the sweep's finished cells (``exp``: the
     experiment's config), written under ``sweep_dir/acceptance_card`` and logged as artifacts of
-    a card run (nested under the sweep)."""
+    a card run (nested under the sweep). None when no cell finished (the sweep's failed cells
+    say why); :class:`AcceptanceCardError` when cells finished but make no card."""
     from recipe_audit import keys
     from recipe_audit.cards.acceptance import write_card
     from recipe_audit.store import rerun_runs, sweeps
@@ -178,9 +185,8 @@ def acceptance_card_for_sweep(sweep, exp: ExperimentConfig, sweep_dir: Path | No
     try:
         card, per_cell = acceptance_document(runs, exp, sweep.tracking_uri)
     except Exception as exc:
-        print(f"recipe_audit: no acceptance card for sweep {sweep.sweep_id}: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
-        return None
+        raise AcceptanceCardError(f"no acceptance card for sweep {sweep.sweep_id}: {type(exc).__name__}: "
+                                  f"{first_line(exc, 500)}") from exc
     out = Path(sweep_dir or tempfile.mkdtemp(prefix="recipe-audit-acc-")) / "acceptance_card"
     write_card(card, out_dir=out)
     for base_dir in sorted({cell_base_dir(r) for r in runs}):  # per base: its summary, its calibration items

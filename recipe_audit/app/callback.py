@@ -409,8 +409,11 @@ class AcceptanceSweepCallback(RecipeAuditCallback):
             super()._report(job, outcome)
 
     def _cards(self, sweep, config: DictConfig) -> None:
-        from recipe_audit.acceptance.experiment import acceptance_card_for_sweep
+        from recipe_audit.acceptance.experiment import AcceptanceCardError, acceptance_card_for_sweep
         from recipe_audit.app.schema import typed
         from recipe_audit.config import ExperimentConfig
 
-        acceptance_card_for_sweep(sweep, typed(config.experiment, ExperimentConfig), Path(str(config.hydra.sweep.dir)))
+        try:
+            acceptance_card_for_sweep(sweep, typed(config.experiment, ExperimentConfig), Path(str(config.hydra.sweep.dir)))
+        except AcceptanceCardError as exc:  # cells finished, yet no card: not a sweep that succeeded
+            stop(str(exc))

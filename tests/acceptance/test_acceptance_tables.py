@@ -76,3 +76,26 @@ def test_a_defense_and_its_baseline_on_different_bases_are_refused():
     runs = [_run("none_s0", 0, "/cache/base-a"), _run("l2sp_s0", 0, "/cache/base-b")]
     with pytest.raises(ValueError, match=r"^cell l2sp_s0 and its baseline none_s0 were installed on different base models$"):
         X.acceptance_document(runs, ExperimentConfig(), "sqlite:///nowhere.db")
+
+
+def test_cells_that_make_no_card_end_the_sweep_with_one_sentence_and_exit_2(monkeypatch, capsys):
+    """Cells finished but make no card (here: a defense and its baseline on two bases): the sweep
+    does not end as if it had succeeded; one sentence, exit 2 (it used to print and exit 0)."""
+    from omegaconf import OmegaConf
+
+    from recipe_audit.app.callback import AcceptanceSweepCallback
+    from recipe_audit.store import rerun_runs
+    from recipe_audit.store.sweeps import SweepInfo
+
+    runs = [_run("none_s0", 0, "/cache/base-a"), _run("l2sp_s0", 0, "/cache/base-b")]
+    monkeypatch.setattr(rerun_runs, "sweep_runs", lambda *a, **k: runs)
+    sweep = SweepInfo("abc123", "parent", "sqlite:///nowhere.db", "recipe_audit", (0,))
+    with pytest.raises(X.AcceptanceCardError, match=r"^no acceptance card for sweep abc123: ValueError: cell l2sp_s0 "):
+        X.acceptance_card_for_sweep(sweep, ExperimentConfig())
+    config = OmegaConf.create({"experiment": {"kind": "acceptance"}, "hydra": {"sweep": {"dir": "unused"}}})
+    with pytest.raises(SystemExit) as stopped:
+        AcceptanceSweepCallback(metric=None)._cards(sweep, config)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("recipe_audit: error: no acceptance card for sweep abc123: ValueError: cell l2sp_s0 and its "
+                   "baseline none_s0 were installed on different base models")
