@@ -13,12 +13,12 @@ from recipe_audit.config import AcceptanceBaseConfig, AcceptanceModelConfig, Exp
 from recipe_audit.train.acceptance import base as B
 
 # docs/acceptance_cards.md, "The base model on other machines": held-out accuracy (mcq, both
-# framings) of the default base, seed 0, on every machine, torch thread count and emulated CPU
-# kernels measured (bench/acceptance_tables.py --run and bench/acceptance_base.py): 0.898 to 1.000.
-# Which value in the band a machine gives depends on its float kernels and thread count (0.99 with
-# one thread and 0.898 with two on an AVX512 VM; 0.9575 with one on an AVX2 one), so the test
-# checks the band less 2 points: a base that trains reliably lands in it, a collapsed one (55-70 %) does not
-DOCUMENTED_HELDOUT = (0.88, 1.0)
+# framings) of the default base (10,000 steps), seeds 0 to 4, under native kernels with one and two
+# torch threads and under emulated AVX2 kernels (bench/acceptance_tables.py --run): 0.870 to 1.000.
+# Which value in the band a machine gives depends on its float kernels and thread count, so the test
+# checks the band less 2 points, which is the experiment's floor: a base that trains reliably lands in
+# it, a collapsed one (55-80 %) does not
+DOCUMENTED_HELDOUT = (0.85, 1.0)
 MAX_FRAMING_GAP = 0.03  # no framing gap before the install
 
 TINY = ExperimentConfig(  # a base of a few steps: for the refusal checks
@@ -47,7 +47,7 @@ def test_default_size_declares_the_recipe_and_the_floor(tmp_path):
     assert isinstance(exp, ExperimentConfig)
     assert exp.base.grad_clip == 1.0
     assert exp.base.steps == 10000
-    assert 0.8 <= exp.base.min_accuracy < DOCUMENTED_HELDOUT[0]
+    assert 0.8 <= exp.base.min_accuracy <= DOCUMENTED_HELDOUT[0]
 
 
 def test_base_below_its_floor_stops_with_one_sentence(tmp_path):
