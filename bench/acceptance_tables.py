@@ -255,10 +255,12 @@ def tables(card: dict, bases: list[dict], wall_s: float | None = None, env: str 
     return "\n".join(out)
 
 
+MARK = {"pass": "+", "fail": "\u2212"}  # a gate's status in one character (else "?" for a cell, "~" decided)
+
+
 def _short(cell: dict) -> str:
     """A cell's verdict and its four gate statuses in one word each: ``near miss (+ + + −)``."""
-    mark = {"pass": "+", "fail": "\u2212"}
-    return f"{cell['verdict']} ({' '.join(mark.get(cell['diagnostics'][g]['status'], '?') for g in 'abcd')})"
+    return f"{cell['verdict']} ({' '.join(MARK.get(cell['diagnostics'][g]['status'], '?') for g in 'abcd')})"
 
 
 def compare(runs: list[tuple[str, dict]]) -> str:
@@ -293,13 +295,11 @@ def compare(runs: list[tuple[str, dict]]) -> str:
     dec = [decided(defense_summary(card)) for _, card in runs]
 
     def short(r: dict | None) -> str:
-        return "absent" if r is None else f"{r['verdict']} (" + " ".join(
-            {"pass": "+", "fail": "\u2212"}.get(r["gates"][g], "~") for g in "abcd") + ")"
+        return "absent" if r is None else f"{r['verdict']} ({' '.join(MARK.get(r['gates'][g], '~') for g in 'abcd')})"
 
     for d in dec[0]:
         out.append(f"| {d} | " + " | ".join(short(x.get(d)) for x in dec) + " |")
-    same = all({d: r["gates"] | {"v": r["verdict"]} for d, r in x.items()}
-               == {d: r["gates"] | {"v": r["verdict"]} for d, r in dec[0].items()} for x in dec)
+    same = all(short(x.get(d)) == short(dec[0].get(d)) for x in dec for d in {*x, *dec[0]})
     out.append("")
     out.append(f"Decided over seeds (gates and verdicts; + pass, \u2212 fail, ~ split): "
                f"{'the same' if same else 'not the same'} in every run.")

@@ -125,7 +125,7 @@ class AcceptanceBaseConfig:
     # 10,000 steps, gradient norm clipped at 1: unclipped, this post-LN BERT at lr 3e-3 got stuck
     # (55-60 % held-out) or not depending on the CPU's float kernels; clipped but at 3,000 steps
     # it stopped anywhere between 69 % and 92 % depending on the seed and the kernels, and at
-    # 6,000 steps one base of 21 (seed 2 under emulated AVX2 kernels) stopped at 80 %
+    # 6,000 steps one base of the 15 measured (seed 2 under emulated AVX2 kernels) stopped at 80 %
     # (docs/acceptance_cards.md, "The base model on other machines")
     steps: int = 10000
     batch_size: int = 64

@@ -33,7 +33,7 @@ def config_identity(resolved: Mapping[str, Any], exclude: Iterable[str] = (), *,
     """A stable hash of a job's resolved config without the keys that do not make the recipe:
     the dotted paths in ``exclude`` (the seed, for one), every value whose unresolved form
     (``raw``) reads Hydra's runtime, the clock or MLflow's run variables, every value whose
-    unresolved form interpolates one of the top-level keys in ``follows`` (``trainer.seed:
+    unresolved form interpolates one of the keys in ``follows`` (dotted paths: ``trainer.seed:
     ${seed}`` is the seed again), and every string value that lies under one of
     ``runtime_paths`` (the job's output directory, the sweep directory): a value that differs
     between two seeds of one recipe only because each job writes elsewhere.

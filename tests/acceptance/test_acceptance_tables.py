@@ -57,12 +57,15 @@ def test_a_gate_is_decided_by_four_of_five_seeds(tables):
 
 def test_the_comparison_says_whether_the_decided_tables_agree(tables):
     one = _card({"l2sp": ["abcd"] * 5, "attack_proj": [""] * 5})
-    other = _card({"l2sp": ["abcd"] * 4 + ["abc"], "attack_proj": ["a"] * 2 + [""] * 3})
-    assert tables.compare([("run 1", one), ("run 2", other)]).endswith("the same in every run.")
+    other = _card({"l2sp": ["abcd"] * 4 + ["abc"], "attack_proj": ["a"] + [""] * 4})  # other cells, same decisions
+    assert tables.compare([("run 1", one), ("run 2", other)]).endswith("~ split): the same in every run.")
     moved = _card({"l2sp": ["abcd"] * 3 + ["abc"] * 2, "attack_proj": [""] * 5})
     text = tables.compare([("run 1", one), ("run 2", moved)])
-    assert text.endswith("not the same in every run.")
+    assert text.endswith("~ split): not the same in every run.")
     assert "| l2sp | full-card pass (+ + + +) | near miss (+ + + ~) |" in text
+    # a gate that moves from decided to split changes the decision even when the verdict does not
+    split = _card({"l2sp": ["abcd"] * 5, "attack_proj": ["a"] * 2 + [""] * 3})
+    assert tables.compare([("run 1", one), ("run 2", split)]).endswith("~ split): not the same in every run.")
 
 
 def _run(cell: str, seed: int, base_dir: str) -> SimpleNamespace:
