@@ -93,12 +93,20 @@ def cpu_model() -> str:
 
 
 #: Float kernels of other CPU kinds, emulated on this one by environment variables read when torch
-#: (and MKL) load: ``native`` is what torch picks here.
+#: (and MKL) load: ``native`` is what torch picks here. ``avx2`` and ``default`` choose torch's
+#: kernels (and ``avx2`` MKL's code path) themselves, which ``experiment.kernels=reproducible``
+#: overrides: they apply to ``experiment.kernels=native`` only. ``other-cpu`` shows the libraries a
+#: CPU with fewer vector instructions instead (MKL up to SSE4.2, oneDNN up to SSE4.1, glibc's math
+#: without AVX, AVX2 and FMA): it moves the native kernels' numbers, and must not move the
+#: reproducible ones.
 KERNELS = {
     "native": {},
     "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"},
     "default": {"ATEN_CPU_CAPABILITY": "default"},
+    "other-cpu": {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41",
+                  "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2,-FMA,-AVX"},
 }
+ENV_SHOWN = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "GLIBC_TUNABLES")
 
 
 def kernel_env(kernels: str, base: dict | None = None) -> dict:
@@ -106,14 +114,16 @@ def kernel_env(kernels: str, base: dict | None = None) -> dict:
     return {**(os.environ if base is None else base), **KERNELS[kernels]}
 
 
-def environment(threads: str) -> str:
-    """Where the sweep ran: CPU model and count, torch and its CPU kernels, the reruns' threads."""
+def environment(threads: str, exp_kernels: str = "reproducible") -> str:
+    """Where the sweep ran: CPU model and count, torch and the CPU kernels this machine gives it
+    (with the variables set for ``--kernels``), the experiment's ``experiment.kernels``, the
+    reruns' threads."""
     import torch
 
-    kernels = ", ".join(f"{k}={os.environ[k]}" for k in ("ATEN_CPU_CAPABILITY", "MKL_CBWR") if k in os.environ)
+    kernels = ", ".join(f"{k}={os.environ[k]}" for k in ENV_SHOWN if k in os.environ)
     return (f"Environment: {cpu_model()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
             f"(CPU kernels {torch.backends.cpu.get_cpu_capability()}{'; ' + kernels if kernels else ''}), "
-            f"threads={threads} per job, Python {platform.python_version()}.")
+            f"experiment.kernels={exp_kernels}, threads={threads} per job, Python {platform.python_version()}.")
 
 
 ORDER = {"l2sp": 0, "attack_proj": 1, "consistency": 2}  # the page's order of the defenses
@@ -356,6 +366,8 @@ def main(argv: list[str] | None = None) -> None:
     wall = None
     overrides = [*a.overrides, *([f"threads={a.threads}"] if a.threads is not None else [])]
     threads = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("threads=")), "1")
+    exp_kernels = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("experiment.kernels=")),
+                       "reproducible")
     if a.run:
         os.environ.update(KERNELS[a.kernels])  # before torch loads here, and inherited by the sweep
         tmp = Path(tempfile.mkdtemp(prefix="acceptance_tables_"))
@@ -372,12 +384,12 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"acceptance_tables: the sweep failed:\n{proc.stderr[-3000:]}")
         command = "python bench/acceptance_tables.py " + " ".join(argv if argv is not None else sys.argv[1:])
         (sweep_dir / "bench_environment.json").write_text(json.dumps(
-            {"environment": environment(threads), "command": command, "commit": _commit(),
+            {"environment": environment(threads, exp_kernels), "command": command, "commit": _commit(),
              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": wall}, indent=1) + "\n")
     else:
         sweep_dir = a.sweep_dir
     card, bases, recorded = _load(sweep_dir)
-    env_line = environment(threads) if a.run else recorded.get("environment")
+    env_line = environment(threads, exp_kernels) if a.run else recorded.get("environment")
     print(tables(card, bases, wall if a.run else recorded.get("wall_s"), env_line))
 
 

@@ -167,6 +167,10 @@ class ExperimentConfig:
     # other float kernels: the training amplifies float64's low-order differences as it does
     # float32's (docs/acceptance_cards.md, "The same audit on another machine and other kernels")
     dtype: str = "float32"
+    # the float kernels the base, the installs and gate (c)'s gradients compute with: reproducible
+    # (the same arithmetic on any x86-64 CPU with AVX2, so the same numbers; one torch thread) or
+    # native (this machine's, faster); part of the base cache key (recipe_audit/train/acceptance/kernels.py)
+    kernels: str = "reproducible"
     model: AcceptanceModelConfig = field(default_factory=AcceptanceModelConfig)
     base: AcceptanceBaseConfig = field(default_factory=AcceptanceBaseConfig)
     install: AcceptanceInstallConfig = field(default_factory=AcceptanceInstallConfig)

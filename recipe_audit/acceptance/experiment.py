@@ -42,6 +42,7 @@ from typing import Any
 from recipe_audit.config import DefenseConfig, ExperimentConfig
 from recipe_audit.errors import first_line
 from recipe_audit.keys import KIND_ACCEPTANCE_CELL
+from recipe_audit.train.acceptance import kernels
 from recipe_audit.train.acceptance.base import base_dir_for, base_key, ensure_base, load_base
 from recipe_audit.train.acceptance.data import CROSS, PRIMARY
 from recipe_audit.train.acceptance.install import SLICE, run_cell
@@ -140,6 +141,7 @@ def acceptance_document(runs: list, exp: ExperimentConfig, tracking_uri: str) ->
     records = read_records([f"runs:/{by_cell[c].info.run_id}/{RECORDS_TABLE}" for c in used], tracking_uri=tracking_uri)
     # each defense's claimed class, declared in its config (conf/defense) and logged as a param
     claimed = {d: by_cell[d].data.params.get("defense.claimed_class") for d, _ in pairs}
+    kernels.use(exp.kernels)  # gate (c)'s gradients with the kernels the cells trained with
     mech = {}
     for base_dir in sorted({cell_base_dir(by_cell[d]) for d, _ in pairs}):  # one base model per seed, or one for all
         base, tok = load_base(base_dir)

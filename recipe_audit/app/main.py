@@ -176,13 +176,18 @@ def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
     from recipe_audit.acceptance.experiment import cell_name, run_cell_job
     from recipe_audit.app.schema import typed
     from recipe_audit.config import DefenseConfig, ExperimentConfig
+    from recipe_audit.train.acceptance import kernels
     from recipe_audit.train.acceptance.base import BaseModelError
 
     exp: ExperimentConfig = typed(cfg.experiment, ExperimentConfig)
     defense: DefenseConfig = typed(cfg.defense, DefenseConfig)
     try:
+        # the kernels first: they must precede torch's first operation in this process
+        said = kernels.use(exp.kernels, threads.for_job(cfg.threads))
+        if said:
+            log.info("experiment=acceptance computes with %s", said)
         threads.apply(cfg.threads)
-    except threads.ThreadsError as exc:
+    except (threads.ThreadsError, kernels.KernelsError) as exc:
         _fail(str(exc), exc)
     logger = _attach_rerun((), cfg)
     try:

@@ -42,7 +42,7 @@ def base_key(exp: ExperimentConfig) -> str:
     """The base model's cache key: a hash of the config it is trained from (and of this code's version)."""
     e = asdict(exp)
     keep = {k: e[k] for k in ("data_seed", "n_words", "n_train_subjects", "n_fresh_subjects", "pool_size", "n_base",
-                              "n_install", "n_eval", "n_calibration", "dtype", "model", "base")}
+                              "n_install", "n_eval", "n_calibration", "dtype", "kernels", "model", "base")}
     payload = json.dumps({"code": CODE_VERSION, **keep}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
