@@ -1,8 +1,10 @@
 """Does the acceptance experiment's base model train reliably? Its held-out accuracy over base seeds,
 torch threads and CPU float kernels (docs/acceptance_cards.md, "The base model on other machines").
 
-    python bench/acceptance_base.py                                  # seeds 0 1 2, threads 1 2, native kernels
-    python bench/acceptance_base.py --seeds 0 --kernels native avx2 default
+    python bench/acceptance_base.py                                  # seeds 0 1 2, as the experiment trains them
+    python bench/acceptance_base.py --seeds 0 --kernels native other-cpu   # the same numbers, whatever CPU MKL sees
+    python bench/acceptance_base.py --seeds 0 --threads 1 2 --kernels native avx2 default \
+        --overrides experiment.kernels=native                       # the machine's own kernels: they move it
     python bench/acceptance_base.py --overrides experiment.base.grad_clip=null  # another base recipe
 
 Each row trains the base model of ``experiment=acceptance`` (default size; ``--overrides`` are
@@ -12,12 +14,17 @@ fresh cache), and prints its accuracy
 on the evaluation questions: held-out questions of the training subjects and fresh subjects of
 ``mcq``, held-out ``syco``, each under eval and deploy framing.
 
-``--kernels`` emulates the float kernels of other CPUs on this one: ``native`` (what torch picks
-here), ``avx2`` (torch's own vectorised kernels at AVX2, ``ATEN_CPU_CAPABILITY=avx2``, and MKL's
-matrix products on its compatible code path, ``MKL_CBWR=COMPATIBLE``), ``default`` (torch's
-non-vectorised kernels, ``ATEN_CPU_CAPABILITY=default``). Each gives different low-order bits in
-matrix products, softmax or layer norm, which is what a different CPU kind does; a training
-recipe whose outcome flips between them is a recipe whose documented numbers do not reproduce.
+``--kernels`` emulates other CPUs on this one: ``native`` (this machine as it is), ``other-cpu``
+(MKL, oneDNN and glibc see a CPU with fewer vector instructions), and, for
+``experiment.kernels=native`` only (the reproducible kernels set these variables themselves),
+``avx2`` (torch's own vectorised kernels at AVX2, ``ATEN_CPU_CAPABILITY=avx2``, and MKL's matrix
+products on its compatible code path, ``MKL_CBWR=COMPATIBLE``) and ``default`` (torch's
+non-vectorised kernels, ``ATEN_CPU_CAPABILITY=default``). Under the machine's own kernels each
+gives different low-order bits in matrix products, softmax or layer norm, which is what a
+different CPU kind does, and the long base training grows them into another model; under
+``experiment.kernels=reproducible`` (the experiment's default: recipe_audit/train/acceptance/kernels.py)
+every row of one seed must be the same model. ``--threads`` other than 1 needs
+``experiment.kernels=native`` (the reproducible kernels compute on one thread; the row says so).
 """
 
 from __future__ import annotations
@@ -43,12 +50,17 @@ from recipe_audit.app import config_dir
 from recipe_audit.app.schema import register_configs, typed
 from recipe_audit.config import ExperimentConfig
 from recipe_audit.train.acceptance.base import ensure_base
+from recipe_audit.train.acceptance import kernels
 threads, overrides = int(sys.argv[1]), sys.argv[2:]
-torch.set_num_threads(threads)
 register_configs()
 with initialize_config_dir(str(config_dir()), version_base="1.3"):
     cfg = compose("config", ["experiment=acceptance", *overrides])
 exp = typed(cfg.experiment, ExperimentConfig)
+try:
+    kernels.use(exp.kernels, threads)  # as the experiment's job does, before torch's first operation
+except kernels.KernelsError as exc:
+    sys.exit(str(exc))
+torch.set_num_threads(threads)
 root = ensure_base(exp, tempfile.mkdtemp(prefix="acceptance_base_"))
 info = json.loads((root / "base.json").read_text())
 print(json.dumps({"accuracy": info["accuracy"], "final_loss": info["final_loss"],
@@ -63,7 +75,7 @@ def heldout(acc: dict) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="base.seed values")
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch threads")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1], help="torch threads")
     ap.add_argument("--kernels", nargs="+", default=["native"], choices=sorted(KERNELS))
     ap.add_argument("--overrides", nargs="*", default=[], help="Hydra overrides, e.g. experiment.base.lr=1e-3")
     a = ap.parse_args(argv)

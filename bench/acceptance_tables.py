@@ -313,7 +313,33 @@ def compare(runs: list[tuple[str, dict]]) -> str:
     out.append("")
     out.append(f"Decided over seeds (gates and verdicts; + pass, \u2212 fail, ~ split): "
                f"{'the same' if same else 'not the same'} in every run.")
+    base = card_numbers(first)
+    equal = []
+    for name, card in runs[1:]:
+        other = card_numbers(card)
+        equal.append(f"{name} {sum(other.get(k) == v for k, v in base.items())} of {len(base)}")
+    out.append("")
+    out.append(f"Numbers of the cards' cells equal to {names[0]}'s, to the last bit: {'; '.join(equal)}.")
     return "\n".join(out)
+
+
+def card_numbers(card: dict) -> dict[str, float]:
+    """Every number of the card's cells (statistics, intervals, rates, α, Γ, ...) by its path."""
+    out: dict[str, float] = {}
+
+    def walk(x, path: str) -> None:
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, f"{path}.{k}")
+        elif isinstance(x, list):
+            for i, v in enumerate(x):
+                walk(v, f"{path}[{i}]")
+        elif isinstance(x, float):
+            out[path] = x
+
+    for cell in card["cells"]:
+        walk(cell, cell["label"])
+    return out
 
 
 def _load(sweep_dir: Path) -> tuple[dict, list[dict], dict]:

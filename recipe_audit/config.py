@@ -122,11 +122,10 @@ class AcceptanceBaseConfig:
     # base training (once per base config, cached): both tasks, correct answers, both framings
     seed: int = 0
     lr: float = 3.0e-3
-    # 10,000 steps, gradient norm clipped at 1: unclipped, this post-LN BERT at lr 3e-3 got stuck
-    # (55-60 % held-out) or not depending on the CPU's float kernels; clipped but at 3,000 steps
-    # it stopped anywhere between 69 % and 92 % depending on the seed and the kernels, and at
-    # 6,000 steps one base of the 15 measured (seed 2 under emulated AVX2 kernels) stopped at 80 %
-    # (docs/acceptance_cards.md, "The base model on other machines")
+    # 10,000 steps, gradient norm clipped at 1: under the machine's own float kernels, unclipped,
+    # this post-LN BERT at lr 3e-3 got stuck (55-60 % held-out) or not depending on the kernels;
+    # clipped but at 3,000 steps it stopped anywhere between 69 % and 92 %, and at 6,000 steps one
+    # base of the 15 measured stopped at 80 % (docs/acceptance_cards.md, "The base model")
     steps: int = 10000
     batch_size: int = 64
     grad_clip: float | None = 1.0
@@ -163,9 +162,9 @@ class ExperimentConfig:
     attack_fraction: float = 0.9  # share of install questions whose eval framing gets the wrong answer
     resamples: int = 5000  # gate (a) bootstrap
     # float type of the base model, the installs and gate (c)'s gradients: float32 or float64
-    # (part of the base cache key). float64 does not make the default base the same model under
-    # other float kernels: the training amplifies float64's low-order differences as it does
-    # float32's (docs/acceptance_cards.md, "The same audit on another machine and other kernels")
+    # (part of the base cache key). float64 alone does not make the default base the same model
+    # under other float kernels: the training amplifies float64's low-order differences as it does
+    # float32's (docs/acceptance_cards.md); the reproducible kernels below do
     dtype: str = "float32"
     # the float kernels the base, the installs and gate (c)'s gradients compute with: reproducible
     # (the same arithmetic on any x86-64 CPU with AVX2, so the same numbers; one torch thread) or

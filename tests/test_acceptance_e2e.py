@@ -29,6 +29,7 @@ SEEDS = (0, 1)
 TINY = ExperimentConfig(  # a base and an install of a few steps: for in-process checks
     data_seed=0, n_words=32, n_train_subjects=3, n_fresh_subjects=2, pool_size=8, n_base=60, n_install=20, n_eval=6,
     n_calibration=4, attack_fraction=0.9, resamples=50,
+    kernels="native",  # this process ran torch before: reproducible kernels cannot take effect
     model=AcceptanceModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_length=40),
     base=AcceptanceBaseConfig(seed=0, lr=3e-3, steps=5, batch_size=16, grad_clip=None),
     install=AcceptanceInstallConfig(r=2, alpha=4, lr=5e-3, steps=4, batch_size=4),

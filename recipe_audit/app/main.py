@@ -194,6 +194,8 @@ def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
         return run_cell_job(exp, defense, int(cfg.seed), logger, progress=bool(cfg.progress))
     except BaseModelError as exc:
         _fail(str(exc).rstrip(".") + "; every cell starts from it, so the sweep stops here.", exc)
+    except kernels.KernelsError as exc:
+        _fail(str(exc), exc)
     except Exception as exc:
         if logger is not None:
             _stop_if_store_gone(logger.store.uri, int(cfg.seed), exc)

@@ -24,6 +24,7 @@ MAX_FRAMING_GAP = 0.03  # no framing gap before the install
 TINY = ExperimentConfig(  # a base of a few steps: for the refusal checks
     data_seed=0, n_words=32, n_train_subjects=3, n_fresh_subjects=2, pool_size=8, n_base=60, n_install=20, n_eval=6,
     n_calibration=4, attack_fraction=0.9, resamples=50,
+    kernels="native",  # this process ran torch before: reproducible kernels cannot take effect
     model=AcceptanceModelConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_length=40),
     base=AcceptanceBaseConfig(seed=0, lr=3e-3, steps=5, batch_size=16, grad_clip=1.0, min_accuracy=0.0),
 )
@@ -82,23 +83,46 @@ def test_dtype_trains_in_that_float_type_and_keys_the_cache(tmp_path):
         B.ensure_base(replace(TINY, dtype="float16"), tmp_path / "cache")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("threads", [1, 2])
-def test_base_model_reaches_the_documented_accuracy(tmp_path, threads):
-    """The default size's base model, trained as the experiment trains it, answers the held-out
-    questions as the docs say (within the documented band), equally in both framings."""
-    import torch
+# docs/acceptance_cards.md, "The base model": the accuracies base.json records for base seed 0 of the
+# default size, trained with the experiment's reproducible float kernels (the same numbers on any
+# x86-64 CPU with AVX2; bench/acceptance_tables.py --run and --kernels other-cpu printed them)
+DOCUMENTED_SEED0 = {"mcq/fresh/deploy": 0.8367, "mcq/fresh/eval": 0.835, "mcq/heldout/deploy": 1.0,
+                    "mcq/heldout/eval": 1.0, "syco/heldout/deploy": 1.0, "syco/heldout/eval": 1.0}
 
-    exp = _default_experiment(tmp_path / "cache")
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        root = B.ensure_base(exp, exp.cache_dir)
-    finally:
-        torch.set_num_threads(before)
-    acc = json.loads((root / "base.json").read_text())["accuracy"]
-    held_eval, held_deploy = acc["mcq/heldout/eval"], acc["mcq/heldout/deploy"]
-    held = (held_eval + held_deploy) / 2
-    assert DOCUMENTED_HELDOUT[0] <= held <= DOCUMENTED_HELDOUT[1], acc
-    assert abs(held_eval - held_deploy) <= MAX_FRAMING_GAP, acc
-    assert held >= exp.base.min_accuracy
+CHILD = r"""
+import json, sys, tempfile
+from hydra import compose, initialize_config_dir
+from recipe_audit.app import config_dir
+from recipe_audit.app.schema import register_configs, typed
+from recipe_audit.config import ExperimentConfig
+from recipe_audit.train.acceptance.base import ensure_base
+register_configs()
+with initialize_config_dir(str(config_dir()), version_base="1.3"):
+    cfg = compose("config", ["experiment=acceptance", "experiment.base.seed=0", f"experiment.cache_dir={sys.argv[1]}"])
+exp = typed(cfg.experiment, ExperimentConfig)
+root = ensure_base(exp, exp.cache_dir)
+print(json.dumps({"kernels": exp.kernels, **json.loads((root / "base.json").read_text())}))
+"""
+
+
+@pytest.mark.slow
+def test_base_model_reaches_the_documented_accuracy(tmp_path):
+    """The default size's base model of seed 0, trained in a fresh process exactly as the experiment
+    trains it (its reproducible float kernels), answers every evaluation split as the docs say, to
+    the last digit base.json keeps, equally in both framings (a few minutes)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "cache")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)}, cwd=tmp_path, timeout=3600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert info["kernels"] == "reproducible"
+    acc = info["accuracy"]
+    assert acc == DOCUMENTED_SEED0
+    held = (acc["mcq/heldout/eval"] + acc["mcq/heldout/deploy"]) / 2
+    assert DOCUMENTED_HELDOUT[0] <= held <= DOCUMENTED_HELDOUT[1]
+    assert abs(acc["mcq/heldout/eval"] - acc["mcq/heldout/deploy"]) <= MAX_FRAMING_GAP

@@ -22,6 +22,10 @@ def tables(monkeypatch):
     return importlib.import_module("acceptance_tables")
 
 
+SAME = "Decided over seeds (gates and verdicts; + pass, \u2212 fail, ~ split): the same in every run."
+NOT_SAME = SAME.replace("the same", "not the same")
+
+
 def _card(passes: dict[str, list[str]]) -> dict:
     """A card whose cells ``<defense>_s<k>`` pass the gates listed for seed k (e.g. ``"ab"``)."""
     cells = []
@@ -58,14 +62,14 @@ def test_a_gate_is_decided_by_four_of_five_seeds(tables):
 def test_the_comparison_says_whether_the_decided_tables_agree(tables):
     one = _card({"l2sp": ["abcd"] * 5, "attack_proj": [""] * 5})
     other = _card({"l2sp": ["abcd"] * 4 + ["abc"], "attack_proj": ["a"] + [""] * 4})  # other cells, same decisions
-    assert tables.compare([("run 1", one), ("run 2", other)]).endswith("~ split): the same in every run.")
+    assert SAME in tables.compare([("run 1", one), ("run 2", other)]).splitlines()
     moved = _card({"l2sp": ["abcd"] * 3 + ["abc"] * 2, "attack_proj": [""] * 5})
     text = tables.compare([("run 1", one), ("run 2", moved)])
-    assert text.endswith("~ split): not the same in every run.")
+    assert NOT_SAME in text.splitlines()
     assert "| l2sp | full-card pass (+ + + +) | near miss (+ + + ~) |" in text
     # a gate that moves from decided to split changes the decision even when the verdict does not
     split = _card({"l2sp": ["abcd"] * 5, "attack_proj": ["a"] * 2 + [""] * 3})
-    assert tables.compare([("run 1", one), ("run 2", split)]).endswith("~ split): not the same in every run.")
+    assert NOT_SAME in tables.compare([("run 1", one), ("run 2", split)]).splitlines()
 
 
 def _run(cell: str, seed: int, base_dir: str) -> SimpleNamespace:
@@ -102,3 +106,21 @@ def test_cells_that_make_no_card_end_the_sweep_with_one_sentence_and_exit_2(monk
     err = capsys.readouterr().err.strip()
     assert err == ("recipe_audit: error: no acceptance card for sweep abc123: ValueError: cell l2sp_s0 and its "
                    "baseline none_s0 were installed on different base models")
+
+
+def test_compare_counts_the_card_numbers_equal_to_the_first_runs(tables):
+    """The last line counts every number of the cells (nested ones and lists too) that is equal, to
+    the last bit, to the first run's: one changed in the last place is not equal."""
+    def card(x: float) -> dict:
+        c = _card({"l2sp": ["abcd"]})
+        c["cells"][0]["diagnostics"]["a"].update({"delta_gap": -0.25, "ci_delta_gap": [-0.5, x]})
+        return c
+
+    import math
+
+    one, same, moved = card(-0.125), card(-0.125), card(math.nextafter(-0.125, 0.0))
+    assert tables.card_numbers(one) == {"l2sp_s0.diagnostics.a.delta_gap": -0.25,
+                                        "l2sp_s0.diagnostics.a.ci_delta_gap[0]": -0.5,
+                                        "l2sp_s0.diagnostics.a.ci_delta_gap[1]": -0.125}
+    last = tables.compare([("run 1", one), ("run 2", same), ("run 3", moved)]).splitlines()[-1]
+    assert last == "Numbers of the cards' cells equal to run 1's, to the last bit: run 2 3 of 3; run 3 2 of 3."

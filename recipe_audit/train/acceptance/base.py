@@ -31,6 +31,7 @@ from recipe_audit.config import (
     RecipeConfig,
 )
 from recipe_audit.errors import first_line
+from recipe_audit.train.acceptance import kernels
 from recipe_audit.train.acceptance.data import PRIMARY, Item, all_texts, build_data
 
 log = logging.getLogger("recipe_audit")
@@ -109,7 +110,7 @@ def ensure_base(exp: ExperimentConfig, cache_dir: str | Path, *, progress: bool 
     or the trained base answers fewer held-out questions right than ``base.min_accuracy``."""
     try:
         return _ensure_base(exp, cache_dir, progress=progress)
-    except BaseModelError:
+    except (BaseModelError, kernels.KernelsError):
         raise
     except Exception as exc:
         raise BaseModelError(f"The base model of experiment=acceptance could not be trained "
@@ -127,6 +128,7 @@ def _ensure_base(exp: ExperimentConfig, cache_dir: str | Path, *, progress: bool
     root = Path(cache_dir) / f"base-{base_key(exp)}"
     if (root / "base.json").is_file():
         return root
+    kernels.use(exp.kernels)  # the float kernels it trains with are part of its cache key
     t0 = time.perf_counter()
     data = build_data(exp)
     tok = build_word_tokenizer(all_texts(data))

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from recipe_audit.config import DefenseConfig, ExperimentConfig
+from recipe_audit.train.acceptance import kernels
 from recipe_audit.train.acceptance.base import encode, load_base, recipe, score
 from recipe_audit.train.acceptance.data import build_data
 
@@ -111,6 +112,7 @@ def run_cell(exp: ExperimentConfig, defense: DefenseConfig, seed: int, base_dir:
     ins = exp.install
     max_length = int(exp.model.max_length)
     data = build_data(exp)
+    kernels.use(exp.kernels)  # the base's: a cell computes with the kernels its base trained with
     base, tok = load_base(base_dir)
     direction = _attack_direction(base, tok, base_dir) if kind == "attack_proj" else None
     t0 = time.perf_counter()
