@@ -280,3 +280,22 @@ def test_ci_acceptance_adapter_belongs_to_base(small_sweep, tmp_path):
         dict(base.named_parameters())[names[0]].add_(0.01)
     with pytest.raises(MechanismError):
         update_vector(base, names, adapter=adapter)
+
+
+@pytest.mark.parametrize("override, sentence", [
+    ("threads=2", "recipe_audit: error: experiment.kernels=reproducible computes on one torch thread (a thread count "
+                  "changes how sums are split, and so the numbers), not threads=2; set threads=1, or "
+                  "experiment.kernels=native (the numbers are then this machine's)."),
+    ("experiment.kernels=fast", "recipe_audit: error: experiment.kernels must be one of ['reproducible', 'native'], "
+                                "not 'fast'."),
+], ids=["two-threads", "unknown-kernels"])
+def test_kernels_that_cannot_be_honoured_stop_the_job_with_one_sentence(tmp_path, store, override, sentence):
+    """Checked before the job trains anything (in this process: helpers.inprocess)."""
+    from helpers.inprocess import run_module_here
+
+    proc = run_module_here(["experiment=acceptance", "size=small", override, f"experiment.cache_dir={tmp_path / 'c'}"],
+                           cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == sentence
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "c").exists()
