@@ -18,7 +18,8 @@ one machine's draw.
 * one torch thread: a thread count splits reductions differently (``threads`` must be 1);
 * the CPU (``ACCELERATE_USE_CPU``): a GPU has kernels of its own.
 
-It costs time: about 1.6 times the native kernels on the 2-core AVX2 machine of the docs.
+It costs time: the test-size sweep took 1.44 times as long as with the native kernels on the
+2-core AVX2 machine of the docs (docs/acceptance_cards.md, "The base model").
 ``native`` keeps what the machine and torch choose (faster; the numbers are that machine's).
 
 The settings must precede torch's first operation in the process (torch and MKL fix their choice
