@@ -357,6 +357,11 @@ def _load(sweep_dir: Path) -> tuple[dict, list[dict], dict]:
     return card, bases, env
 
 
+def _override(overrides: list[str], key: str, default: str) -> str:
+    """The value the last ``key=value`` of ``overrides`` gives ``key`` (Hydra's last one wins), else ``default``."""
+    return next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith(f"{key}=")), default)
+
+
 def _commit() -> str:
     proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True)
@@ -391,9 +396,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     wall = None
     overrides = [*a.overrides, *([f"threads={a.threads}"] if a.threads is not None else [])]
-    threads = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("threads=")), "1")
-    exp_kernels = next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith("experiment.kernels=")),
-                       "reproducible")
+    threads, exp_kernels = _override(overrides, "threads", "1"), _override(overrides, "experiment.kernels", "reproducible")
     if a.run:
         os.environ.update(KERNELS[a.kernels])  # before torch loads here, and inherited by the sweep
         tmp = Path(tempfile.mkdtemp(prefix="acceptance_tables_"))

@@ -74,8 +74,8 @@ def use(kind: str, threads: int | None = None) -> str:
     Raises :class:`KernelsError` when they cannot take effect."""
     check(kind, threads)
     first = kind not in _ANNOUNCED
-    _ANNOUNCED.add(kind)
     if kind == "native":
+        _ANNOUNCED.add(kind)
         return "native float kernels (the numbers are this machine's)" if first else ""
     for k, v in ENV.items():
         os.environ[k] = v
@@ -97,4 +97,5 @@ def use(kind: str, threads: int | None = None) -> str:
                            f"reproducible mode, but this process runs {what} (a CPU without AVX2, a torch built "
                            f"without MKL, or torch ran before the setting could take effect); set "
                            f"experiment.kernels=native (the numbers are then this machine's).")
+    _ANNOUNCED.add(kind)  # only once they took: a refused attempt is not announced
     return "reproducible float kernels (CPU, torch AVX2, MKL COMPATIBLE strict, no oneDNN, one thread)" if first else ""
