@@ -32,9 +32,21 @@ def run() -> None:
         from recipe_audit.cli import main as cli_main
 
         sys.exit(cli_main(sys.argv[1:]))
-    from recipe_audit.app.main import run as run_app
+    from recipe_audit.errors import stdout_gone
 
-    run_app()
+    status = None
+    try:
+        try:
+            from recipe_audit.app.main import run as run_app
+
+            run_app()
+        except SystemExit as exc:  # Hydra's --help, --cfg, an error's exit
+            status = exc.code
+        sys.stdout.flush()  # inside the try: a reader that went away is seen here, not at exit
+    except BrokenPipeError:
+        # `python -m recipe_audit --help | head -1`: stop quietly, as `recipe-audit` does
+        status = stdout_gone()
+    sys.exit(status)
 
 
 if __name__ == "__main__":

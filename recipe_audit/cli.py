@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from recipe_audit.commands.args import (
     risk,
     whole,
 )
-from recipe_audit.errors import first_line
+from recipe_audit.errors import first_line, stdout_gone
 from recipe_audit.stats.options import AuditOptions
 
 
@@ -322,17 +321,19 @@ def _one_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        try:
+            args = build_parser().parse_args(argv)  # --help prints here, then exits
+        except SystemExit:
+            sys.stdout.flush()  # the help or usage: a reader that went away is seen here
+            raise
         status = COMMANDS[args.command](args)
         sys.stdout.flush()  # inside the try: a reader that went away is seen here, not at exit
         return status
     except BrokenPipeError:
-        # the reader of stdout left early (`recipe-audit bound ... | head -2`): stop quietly, as
-        # Unix tools do, with the shell's status for a broken pipe; stdout goes to /dev/null so
-        # that Python's flush at exit does not fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+        # the reader of stdout left early (`recipe-audit bound ... | head -2`): stop quietly, with
+        # the shell's status for a broken pipe
+        return stdout_gone()
     except ValueError as exc:  # CardError, QueryError, StatsInputError and every input check
         print(f"recipe-audit: error: {_one_line(exc)}", file=sys.stderr)
         return 2

@@ -46,3 +46,22 @@ def error_line(exc: BaseException, limit: int = 500) -> str:
     if inner is not exc:
         line += f" (raised as {type(exc).__name__}: {first_line(exc).rstrip(':').rstrip()})"
     return line[:limit]
+
+
+#: The shell's exit status for a command stopped by a broken pipe (128 + SIGPIPE).
+BROKEN_PIPE_STATUS = 141
+
+
+def stdout_gone() -> int:
+    """The reader of stdout left early (``recipe-audit ... | head -1``): stop quietly, as Unix
+    tools do. stdout is pointed at the null device, so that Python's own flush at exit does not
+    meet the broken pipe again; returns the shell's status for a broken pipe,
+    :data:`BROKEN_PIPE_STATUS`."""
+    import os
+    import sys
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (captured): nothing to point elsewhere
+        pass
+    return BROKEN_PIPE_STATUS

@@ -175,12 +175,14 @@ def test_mixed_recipes_with_one_expected(store, capsys):
     assert rc == 2 and "No rerun of recipe" in err
 
 
-def test_a_reader_that_leaves_early_stops_the_command_quietly():
+@pytest.mark.parametrize("args", [
+    ["recipe_audit.cli", "bound", "-k", "0", "-n", "59", "--eps", "0.1", "--delta", "0.05"],
+    ["recipe_audit", "--help"],  # the Hydra app's help, `python -m recipe_audit --help | head -1`
+], ids=["recipe-audit", "python-m-recipe_audit"])
+def test_a_reader_that_leaves_early_stops_the_command_quietly(args):
     # `recipe-audit bound ... | head -1`: the read end is closed before the command writes (it is
     # still importing), so its first write meets a broken pipe; one quiet stop, the shell's 141
-    proc = procs.spawn([sys.executable, "-m", "recipe_audit.cli", "bound", "-k", "0", "-n", "59",
-                        "--eps", "0.1", "--delta", "0.05"], stdout=procs.subprocess.PIPE,
-                       stderr=procs.subprocess.PIPE)
+    proc = procs.spawn([sys.executable, "-m", *args], stdout=procs.subprocess.PIPE, stderr=procs.subprocess.PIPE)
     proc.stdout.close()
     _, err = proc.communicate(timeout=procs.timeout(60))
     assert proc.returncode == 141, err

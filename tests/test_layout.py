@@ -144,11 +144,12 @@ def test_cards_do_not_read_the_store():
 
 
 def test_keys_errors_and_identity_import_the_standard_library_only():
-    """``keys`` (the store's names), ``errors`` (one sentence from an error) and ``identity`` (a
-    recipe's hash) sit under every room that imports them: nothing of the package, no third-party
-    library (no MLflow, no Hydra)."""
+    """``keys`` (the store's names), ``errors`` (one sentence from an error), ``identity`` (a
+    recipe's hash) and ``files`` (a small input file read bounded) sit under every room that imports
+    them: nothing of the package, no third-party library (no MLflow, no Hydra)."""
     stdlib = sys.stdlib_module_names
-    bad = [f"{name}:{line} imports {mod}" for name in ("recipe_audit.keys", "recipe_audit.errors", "recipe_audit.identity")
+    bad = [f"{name}:{line} imports {mod}" for name in ("recipe_audit.keys", "recipe_audit.errors", "recipe_audit.identity",
+                                                       "recipe_audit.files")
            for mod, line in IMPORTS[name] if _top(mod) not in stdlib]
     assert bad == []
 

@@ -93,44 +93,61 @@ def load_policy_file(path: str | Path) -> dict[str, Any]:
         # family: [3f2a..., 9b1c...]   # default: every recipe identity in the experiment
         # experiment: sentiment-release
 
-    ``RegistryError`` (one sentence) when it cannot be read or names an unknown key."""
+    Read bounded (:func:`recipe_audit.files.read_small_text`: a regular file of at most 1 MiB of
+    UTF-8; a device, a named pipe or a directory is refused at once). ``RegistryError`` (one
+    sentence naming the file) when it cannot be read or names an unknown key; its values are
+    checked by :func:`make_policy`."""
     import yaml
 
-    p = Path(path)
+    from recipe_audit.files import InputFileError, read_small_text
+
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RegistryError(f"Cannot read the release policy {path}: {exc.strerror or exc}.") from None
+        text = read_small_text(path, "the release policy")
+    except InputFileError as exc:
+        raise RegistryError(str(exc)) from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise RegistryError(f"The release policy {path} is not valid YAML ({str(exc).splitlines()[0]}).") from None
+    except RecursionError:
+        raise RegistryError(f"The release policy {path} is nested too deeply to be a policy.") from None
     if not isinstance(data, dict):
         raise RegistryError(f"The release policy {path} must be a mapping of {', '.join(POLICY_KEYS)}.")
     unknown = sorted(str(k) for k in data if k not in POLICY_KEYS)
     if unknown:
-        raise RegistryError(f"The release policy {path} has unknown key(s) {', '.join(unknown)} "
+        raise RegistryError(f"The release policy {path} has unknown key(s) {', '.join(unknown)[:300]} "
                             f"(known: {', '.join(POLICY_KEYS)}).")
     return data
 
 
-def _number(name: str, value: Any, where: str, top: float) -> float:
-    if isinstance(value, bool):
-        raise RegistryError(f"The release policy's {name} ({where}) must be a number, not {value!r}.")
+def _option(option: str, value: Any, name: str) -> Any:
+    """A policy value through the one validator every door's audit options go through
+    (:func:`recipe_audit.stats.options.check_option`), its sentence naming the key and where it came from."""
+    from recipe_audit.stats.options import OptionError, check_option
+
     try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise RegistryError(f"The release policy's {name} ({where}) must be a number, not {value!r}.") from None
-    if not (math.isfinite(v) and 0 < v < top):
-        raise RegistryError(f"The release policy's {name} ({where}) must lie strictly between 0 and {top:g}, "
-                            f"not {value!r}.")
-    return v
+        return check_option(option, value, name)
+    except OptionError as exc:
+        raise RegistryError(str(exc)) from None
+
+
+def _text(value: Any, name: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not str(value).strip():
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise RegistryError(f"{name} must be a name (text), not {shown}.")
+    return str(value)
 
 
 def make_policy(flags: Mapping[str, Any], file: Mapping[str, Any] | None = None,
                 file_name: str = "the policy file") -> GatePolicy:
     """The gate's policy from its command-line ``flags`` (None: not given) over the policy
     ``file``'s values, over the defaults. τ and the metric (or audit set) have no default: a
-    gate that does not say which bar it holds a release to refuses. ``RegistryError`` (one
-    sentence) for a missing or bad value."""
+    gate that does not say which bar it holds a release to refuses. Each value, wherever it
+    came from, goes through the check the audit options get at every door
+    (:func:`recipe_audit.stats.options.check_option`: τ a finite number, in [0, 1] for an
+    accuracy; ε in (0, 1); δ in (0, 1/2); a family of 1 to 10^15 recipe identities, a list in a
+    file). ``RegistryError`` (one sentence naming the key and where it came from) for a missing
+    or bad value."""
     file = dict(file or {})
     got: dict[str, Any] = {}
     src: dict[str, str] = {}
@@ -143,53 +160,55 @@ def make_policy(flags: Mapping[str, Any], file: Mapping[str, Any] | None = None,
     def where(k):
         return f"--{k.replace('_', '-')}" if src.get(k) == "flag" else src.get(k, "default")
 
+    def name(k):
+        return f"The release policy's {k} ({where(k)})"
+
     if "tau" not in got:
         raise RegistryError("The release bar τ is the gate's to set: give --tau (or tau in --policy); the card's "
                             "own τ is not read.")
-    tau = got["tau"]
-    if isinstance(tau, bool) or not isinstance(tau, (int, float, str)):
-        raise RegistryError(f"The release policy's tau ({where('tau')}) must be a number, not {tau!r}.")
-    try:
-        tau = float(tau)
-    except ValueError:
-        raise RegistryError(f"The release policy's tau ({where('tau')}) must be a number, not {tau!r}.") from None
-    if not math.isfinite(tau):
-        raise RegistryError(f"The release policy's tau ({where('tau')}) must be finite, not {tau!r}.")
+    if isinstance(got["tau"], (list, tuple)):  # one bar: a list is not one number
+        raise RegistryError(f"{name('tau')} must be one number, not a list.")
+    (tau,) = _option("taus", got["tau"], name("tau"))
     if "metric" in got and "audit" in got and src["metric"] == src["audit"]:
         raise RegistryError(f"Give the audit set or the metric ({where('metric')}), not both.")
     if "metric" in got and (src["metric"] == "flag" or "audit" not in got):
-        metric, src["metric"] = str(got["metric"]), src["metric"]
+        metric, src["metric"] = _text(got["metric"], name("metric")), src["metric"]
     elif "audit" in got:
-        metric, src["metric"] = keys.accuracy_key(str(got["audit"])), src["audit"]
+        metric, src["metric"] = keys.accuracy_key(_text(got["audit"], name("audit"))), src["audit"]
     else:
         raise RegistryError("The metric the release is judged on is the gate's to set: give --audit AUDIT_SET "
                             "(the metric accuracy/AUDIT_SET) or --metric KEY (or audit/metric in --policy).")
     if not metric or metric.endswith("/"):
         raise RegistryError("The release policy's audit set or metric is empty.")
-    hib = got.get("higher_is_better", True)
-    if not isinstance(hib, bool):
-        raise RegistryError(f"The release policy's higher_is_better ({where('higher_is_better')}) must be true or "
-                            f"false, not {hib!r}.")
+    hib = _option("higher_is_better", got.get("higher_is_better", True), name("higher_is_better"))
+    try:
+        from recipe_audit.stats.options import check_taus_for
+
+        check_taus_for([tau], [metric], hib)
+    except ValueError as exc:
+        raise RegistryError(f"{str(exc).rstrip('.')} (the release policy's tau, {where('tau')}).") from None
     family = got.get("family")
     if family is not None:
-        if isinstance(family, str):
+        if isinstance(family, str) and src["family"] == "flag":  # --family ID,ID,...
             family = [f for f in family.replace(",", " ").split() if f]
-        if not isinstance(family, (list, tuple)) or not family or not all(isinstance(f, str) and f for f in family):
-            raise RegistryError(f"The release policy's family ({where('family')}) must be a list of recipe "
-                                f"identities.")
-        family = tuple(dict.fromkeys(family))
+        if not isinstance(family, (list, tuple)) or not all(isinstance(f, str) and f.strip() for f in family):
+            shown = repr(family) if len(repr(family)) <= 40 else repr(family)[:37] + "..."
+            raise RegistryError(f"{name('family')} must be a list of recipe identities, not {shown}.")
+        family = tuple(dict.fromkeys(f.strip() for f in family))
+        _option("family_size", len(family), f"The number of recipe identities in the release policy's family "
+                                            f"({where('family')})")
     pointwise = got.get("pointwise", False)
     if not isinstance(pointwise, bool):
-        raise RegistryError(f"The release policy's pointwise ({where('pointwise')}) must be true or false.")
-    seed_key = str(got.get("seed_key") or "tags." + keys.TAG_SEED)
+        raise RegistryError(f"{name('pointwise')} must be true or false, not {pointwise!r:.40}.")
+    seed_key = _text(got.get("seed_key") or "tags." + keys.TAG_SEED, name("seed_key"))
     if not seed_key.startswith(("tags.", "params.")):
         raise RegistryError(f"The release policy's seed_key must be tags.X or params.X, not {seed_key!r}.")
     return GatePolicy(
         tau=tau, metric=metric, higher_is_better=hib,
-        max_eps=_number("max_eps", got.get("max_eps", DEFAULT_MAX_EPS), where("max_eps"), 1.0),
-        max_delta=_number("max_delta", got.get("max_delta", DEFAULT_MAX_DELTA), where("max_delta"), 0.5),
+        max_eps=_option("eps", got.get("max_eps", DEFAULT_MAX_EPS), name("max_eps")),
+        max_delta=_option("delta", got.get("max_delta", DEFAULT_MAX_DELTA), name("max_delta")),
         family=family, pointwise=pointwise,
-        experiment=None if got.get("experiment") is None else str(got["experiment"]),
+        experiment=None if got.get("experiment") is None else _text(got["experiment"], name("experiment")),
         seed_key=seed_key, sources={k: src.get(k, "default") for k in POLICY_KEYS if k != "audit"},
     )
 

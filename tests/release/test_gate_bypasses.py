@@ -307,3 +307,90 @@ def test_a_sweep_run_as_lower_is_better_is_held_to_the_policys_direction(store):
     res = _gate(store)
     assert res.outcome == "not-the-policy" and "lower-is-better" in res.message
     assert _gate(store, higher_is_better=False).passed
+
+
+# ------------------------------------------------------------------------------------------
+# the policy file: kept with the code under review, so whoever can change the code can change it;
+# each bad one is refused at once (exit 2, one sentence naming the file or the key), before the
+# gate reads the store
+
+
+def _policy_case(tmp_path, name, body):
+    import os
+
+    p = tmp_path / "policy.yaml"
+    if name == "dev_zero":
+        os.symlink("/dev/zero", p)
+    elif name == "dev_urandom":
+        os.symlink("/dev/urandom", p)
+    elif name == "fifo":
+        os.mkfifo(p)
+    elif name == "directory":
+        p.mkdir()
+    elif name == "too_large":
+        p.write_bytes(b"audit: calibration\ntau: 0.7\n" + b"#" * (1 << 20) + b"\n")
+    elif name == "utf16":
+        p.write_bytes("audit: calibration\ntau: 0.7\n".encode("utf-16"))
+    else:
+        p.write_text(body, encoding="utf-8")
+    return p
+
+
+POLICY_FILES = [
+    # (case, the file's text, phrases of the sentence)
+    ("dev_zero", None, ("policy.yaml (a link to /dev/zero) is a character device, not a regular file",)),
+    ("dev_urandom", None, ("(a link to /dev/urandom) is a character device",)),
+    ("fifo", None, ("policy.yaml is a named pipe (FIFO), not a regular file",)),
+    ("directory", None, ("policy.yaml is a directory, not a regular file",)),
+    ("too_large", None, ("policy.yaml is larger than 1,048,576 bytes",)),
+    ("utf16", None, ("policy.yaml is not UTF-8 text (it looks like UTF-16)",)),
+    ("negative_tau", "audit: calibration\ntau: -0.5\n", ("tau = -0.5 lies outside [0, 1]", "tau, policy file")),
+    ("tau_not_a_number", "audit: calibration\ntau: high\n", ("tau (policy file", "not 'high'")),
+    ("family_not_a_list", "audit: calibration\ntau: 0.7\nfamily: notalist\n",
+     ("family (policy file", "must be a list of recipe identities, not 'notalist'")),
+    ("family_empty", "audit: calibration\ntau: 0.7\nfamily: []\n", ("family (policy file", "between 1 and")),
+    ("eps_too_large", "audit: calibration\ntau: 0.7\nmax_eps: 1.5\n", ("max_eps (policy file", "not 1.5")),
+    ("delta_too_large", "audit: calibration\ntau: 0.7\nmax_delta: 0.5\n", ("max_delta (policy file", "not 0.5")),
+    ("eps_a_list", "audit: calibration\ntau: 0.7\nmax_eps: [0.1]\n", ("max_eps (policy file",)),
+    ("audit_a_list", "audit: [calibration]\ntau: 0.7\n", ("audit (policy file", "must be a name")),
+    ("pointwise_a_word", "audit: calibration\ntau: 0.7\npointwise: maybe\n", ("pointwise (policy file",)),
+    ("not_yaml", "audit: calibration\ntau: [0.7\n", ("policy.yaml is not valid YAML",)),
+    ("not_a_mapping", "- tau\n- 0.7\n", ("policy.yaml must be a mapping",)),
+]
+
+
+@pytest.mark.parametrize("case, body, needles", POLICY_FILES, ids=[c[0] for c in POLICY_FILES])
+def test_a_bad_policy_file_is_refused_at_once(tmp_path, capsys, case, body, needles):
+    import threading
+
+    from helpers.cli import run_cli
+
+    path = _policy_case(tmp_path, case, body)
+    got = []
+    args = ["gate", "--model-name", "clf", "--version", "1", "--policy", str(path), "--tracking-uri",
+            f"sqlite:///{tmp_path / 'none.db'}"]
+    worker = threading.Thread(target=lambda: got.append(run_cli(args, capsys)), daemon=True)
+    worker.start()
+    worker.join(timeout=30)  # a FIFO or a device must not block the gate: refused before a byte is read
+    assert got, f"the gate is still reading {case}"
+    rc, out, err = got[0]
+    assert rc == 2 and out == "" and err.count("\n") == 1 and err.startswith("recipe-audit: error: "), err
+    assert all(n in err for n in needles), err
+    assert not (tmp_path / "none.db").exists()  # nothing read or created in the store
+
+
+def test_the_options_go_through_the_same_check(capsys):
+    """The command line's options and the policy file's keys are checked by one validator."""
+    from helpers.cli import run_cli
+
+    gate_args = ["gate", "--model-name", "clf", "--version", "1", "--audit", "calibration"]
+    for extra, needle in [(["--tau", "-0.5"], "(the release policy's tau, --tau)"),
+                          (["--tau", "0.7", "--max-eps", "1.5"], "max_eps (--max-eps) must lie strictly between 0 and 1"),
+                          (["--tau", "0.7", "--max-delta", "0.6"], "max_delta (--max-delta) must lie strictly between 0 "
+                                                                   "and 0.5")]:
+        rc, _, err = run_cli([*gate_args, *extra], capsys)
+        assert rc == 2 and needle in err and err.count("\n") == 1, err
+    with pytest.raises(RegistryError, match="tau = 1.5 lies outside"):
+        make_policy({**CI, "tau": 1.5})
+    assert make_policy({"metric": "val_loss", "tau": -0.5, "higher_is_better": False}).tau == -0.5  # a loss may
+
