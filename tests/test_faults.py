@@ -324,10 +324,13 @@ def test_a_new_sqlite_store_is_created_safely_while_a_plain_client_creates_it(tm
         assert not list((tmp_path / f"store{i}").glob(".mlflow.db.*.new"))
 
 
-def test_a_full_disk_stops_the_sweep_in_one_sentence(tmp_path, store, monkeypatch):
-    """The store's disk fills while seed 1 closes its rerun: one sentence naming the way out, no
-    traceback (MLflow's SQL store logged one per failed write: 14 in one sweep), nothing left
-    RUNNING, exit 2. The full disk is played in process (a 6 MB tmpfs gave the same sentence, by
+@pytest.mark.parametrize("where", ["open", "close"])
+def test_a_full_disk_stops_the_sweep_in_one_sentence(tmp_path, store, monkeypatch, where):
+    """The store's disk fills while seed 1 opens (or closes) its rerun: one sentence naming the way
+    out, no traceback (MLflow's SQL store logged one per failed write: 14 in one sweep), seed 2 not
+    run, nothing left RUNNING (the parent FAILED), exit 2; once space is back (after the full disk at
+    the open, the later fault), ``tracking.resume=true`` runs seeds 1 and 2 and ends the sweep,
+    nothing RUNNING. The full disk is played in process (a 6 MB tmpfs gave the same sentence, by
     hand: mount needs root)."""
     import logging
     import sqlite3
@@ -336,22 +339,48 @@ def test_a_full_disk_stops_the_sweep_in_one_sentence(tmp_path, store, monkeypatc
     from helpers.inprocess import run_module_here
     from mlflow.tracking import MlflowClient
 
-    real = rerun_runs.close_rerun
+    def full():
+        err = sqlite3.OperationalError("database or disk is full")
+        logging.getLogger("mlflow.store.db.utils").error("SQLAlchemy database error.", exc_info=err)
+        return RuntimeError("(sqlite3.OperationalError) database or disk is full")
 
-    def filling(store_, run_id, **kw):
+    real_open, real_close = rerun_runs.open_rerun, rerun_runs.close_rerun
+
+    def opening(store_, new, **kw):
+        if str(new.seed) == "1":
+            raise full() from sqlite3.OperationalError("database or disk is full")
+        return real_open(store_, new, **kw)
+
+    def closing(store_, run_id, **kw):
         if store_.client.get_run(run_id).data.tags.get(keys.TAG_SEED) == "1":
-            err = sqlite3.OperationalError("database or disk is full")
-            logging.getLogger("mlflow.store.db.utils").error("SQLAlchemy database error.", exc_info=err)
-            raise RuntimeError("(sqlite3.OperationalError) database or disk is full") from err
-        return real(store_, run_id, **kw)
+            raise full() from sqlite3.OperationalError("database or disk is full")
+        return real_close(store_, run_id, **kw)
 
-    monkeypatch.setattr(rerun_runs, "close_rerun", filling)
-    proc = run_module_here(["-m", "seed=range(3)", *SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
+    args = ["-m", "seed=range(3)", *SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    with monkeypatch.context() as m:
+        m.setattr(rerun_runs, *(("open_rerun", opening) if where == "open" else ("close_rerun", closing)))
+        proc = run_module_here(args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr + proc.stdout and "counts as unfinished" not in proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("recipe_audit: error")]
-    assert len(errors) == 1 and "is full" in errors[0] and "seed 1 and the sweep stop here" in errors[0]
+    assert len(errors) == 1 and "is full" in errors[0] and "seed 1 and the sweep stop here" in errors[0], errors
     assert "tracking.resume=true" in errors[0]
-    runs = MlflowClient(store).search_runs([MlflowClient(store).get_experiment_by_name("recipe_audit").experiment_id])
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name("recipe_audit").experiment_id
+    runs = client.search_runs([exp])
     assert "RUNNING" not in [r.info.status for r in runs]
-    assert sorted(r.data.tags.get(keys.TAG_SEED, "") for r in runs if r.data.tags.get(keys.TAG_KIND) == "rerun") == ["0", "1"]
+    reruns = sorted(r.data.tags.get(keys.TAG_SEED, "") for r in runs if r.data.tags.get(keys.TAG_KIND) == "rerun")
+    assert reruns == (["0"] if where == "open" else ["0", "1"])  # seed 2 never ran
+    assert [r.info.status for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_SWEEP] == ["FAILED"]
+    if where == "close":  # the resume below is the same for both
+        return
+    # space is back: the same command with tracking.resume=true runs what is left and ends the sweep
+    again = run_module_here([*args, "tracking.resume=true"], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    runs = client.search_runs([exp])
+    assert "RUNNING" not in [r.info.status for r in runs], [(r.data.tags, r.info.status) for r in runs]
+    finished = sorted(r.data.tags[keys.TAG_SEED] for r in runs
+                      if r.data.tags.get(keys.TAG_KIND) == "rerun" and r.info.status == "FINISHED")
+    assert finished == ["0", "1", "2"]
+    parents = [r for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_SWEEP]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"

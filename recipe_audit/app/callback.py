@@ -314,6 +314,8 @@ class RecipeAuditCallback(Callback):
         except Exception as exc:  # noqa: BLE001 - the job still runs; the card counts it as never logged
             from recipe_audit.store.uris import mask_in_text
 
+            jobs.stop_on_full_disk(exc, self._job_place(config).uri, OmegaConf.select(config, self.seed_key),
+                                   self._abandoned if getattr(self, "sweep", None) is not None else None)
             log.error("recipe_audit: could not open the rerun's run (%s); this seed counts as unfinished",
                       mask_in_text(one_line(exc)))
             self._job = None

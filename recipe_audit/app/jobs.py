@@ -136,16 +136,28 @@ def close_job(job: Job, returned: Any, error: BaseException | None, *, bars: Bar
             error=error, metrics=bars.metrics, tags_for=lambda o: {**job.rerun.tags, **bar_tags(o)},
             no_metric=(lambda missing: no_metric(returned, missing, bars.metrics)) if kind == keys.KIND_RERUN else None)
     except Exception as exc:
-        if sqlite.disk_full(exc):  # every later write fails the same way: one sentence, stop
+        if sqlite.disk_full(exc):
             rerun_runs.mark_failed(store, job.rerun.run_id)  # nothing left RUNNING where it can be helped
-            if on_disk_full is not None:
-                on_disk_full()
-            stop(f"The disk of the tracking store {store.uri} is full ({one_line(exc)[:200]}); seed "
-                 f"{job.rerun.seed} and the sweep stop here. Free space, then relaunch the same command with "
-                 "tracking.resume=true (the seeds that finished are kept).")
+        stop_on_full_disk(exc, store.uri, job.rerun.seed, on_disk_full)
         raise
     outcome["recipe_id"] = job.rerun.recipe_id
     return outcome
+
+
+def stop_on_full_disk(exc: BaseException, uri: str, seed: Any, on_disk_full: Callable[[], None] | None) -> None:
+    """When ``exc`` says the disk of the tracking store ``uri`` is full, the sweep stops at this
+    rerun (seed ``seed``), whether it could not be opened or closed: every later write would fail
+    the same way. ``on_disk_full`` first (the sweep's own process closes its parent), then one
+    sentence and exit 2; a later ``tracking.resume=true`` runs the seeds left. Otherwise returns."""
+    from recipe_audit.store import sqlite
+
+    if not sqlite.disk_full(exc):
+        return
+    if on_disk_full is not None:
+        on_disk_full()
+    stop(f"The disk of the tracking store {uri} is full ({one_line(exc)[:200]}); seed {seed} and the sweep stop "
+         "here. Free space, then relaunch the same command with tracking.resume=true (the seeds that finished "
+         "are kept).")
 
 
 def end_job(job: Job) -> None:
