@@ -11,6 +11,22 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _store_template_cache(tmp_path_factory):
+    """The empty MLflow store new SQLite stores are copied from (``store.sqlite.template``) is made
+    once for the session in its own folder, for the test process and every process it starts: not
+    in the user's cache folder."""
+    from recipe_audit.store.sqlite import CACHE_ENV
+
+    saved = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("recipe_audit_cache"))
+    yield
+    if saved is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = saved
+
+
 @pytest.fixture(autouse=True)
 def _no_sweep_leaks():
     """A test that opens a sweep in this process (sweeps.start_sweep publishes it in the

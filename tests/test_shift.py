@@ -63,6 +63,19 @@ def test_task_shift_audits_are_encoded_with_the_models_tokenizer():
     assert ids.shape[0] == 10 and (ids == prepared.tokenizer.unk_token_id).any()  # words it never saw
 
 
+def test_task_shift_audits_are_encoded_once_for_their_prepared_task(monkeypatch):
+    prepared, mcfg = _small_sentiment()
+    extra = T.extra_task_configs(["entailment"], {"n_train": 4, "n_audit": 10})
+    monkeypatch.setattr(S, "_ENCODED", {})
+    xs = S.prepare_extra_audits(extra, prepared, mcfg)
+    assert S.prepare_extra_audits(extra, prepared, mcfg) is xs  # the jobs of a process: encoded once
+    # a task prepared anew (its tokenizer another) at the address of one that is gone gets its own
+    (key, (_, cached)), = S._ENCODED.items()
+    S._ENCODED[key] = (object(), cached)
+    again = S.prepare_extra_audits(extra, prepared, mcfg)
+    assert again is not cached and [x.name for x in again] == [x.name for x in xs]
+
+
 def test_task_shift_refusals(tmp_path, monkeypatch):
     prepared, mcfg = _small_sentiment()
     with pytest.raises(TaskError, match="own task"):

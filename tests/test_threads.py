@@ -108,6 +108,25 @@ def test_a_job_takes_the_sweeps_decision_else_decides_once(machine, monkeypatch,
     assert [r.getMessage() for r in caplog.records] == ["4 torch threads per rerun (4 CPUs free, 1 job at a time)"]
 
 
+def test_apply_sets_torch_once_and_threads_0_gets_torchs_own_number_back(monkeypatch):
+    import torch
+
+    real, own = torch.set_num_threads, torch.get_num_threads()
+    calls = []
+    monkeypatch.setattr(threads, "_TORCH_OWN", None)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (calls.append(n), real(n)))
+    other = 3 if own == 2 else 2
+    try:
+        assert threads.apply(0) == 0 and calls == []  # torch's own choice, untouched
+        assert threads.apply(other) == other and threads.apply(str(other)) == other
+        assert calls == [other] and torch.get_num_threads() == other  # the jobs of a process: set once
+        assert threads.apply(0) == 0 and torch.get_num_threads() == own  # not the last job's number
+        assert threads.apply(0) == 0 and calls == [other, own]
+        assert threads.apply(own) == own and calls == [other, own]  # already so
+    finally:
+        real(own)
+
+
 @pytest.mark.parametrize("bad", ["many", -1, 1.5, True, None, 1_000_000, threads.MAX_THREADS + 1, 10**40,
                                  float("inf"), "1e6"])
 def test_a_bad_value_is_one_sentence(bad):

@@ -31,6 +31,41 @@ def test_same_seed_same_metrics_other_seed_other_run():
         assert 0.5 <= score.pred_mode_share <= 1
 
 
+def test_the_prepared_task_is_built_once_for_its_task_and_tokenisation(monkeypatch):
+    """The jobs of one process share the task built for their task config and model's tokeniser;
+    another task config, tokeniser or length gets its own."""
+    from recipe_audit.train import loop
+
+    monkeypatch.setattr(loop, "_PREPARED", {})
+    first = prepare_task(TASK, BERT)
+    same = TaskConfig(name="sentiment", kind="sentiment", options={"n_audit": 120, "n_train": 240})
+    assert prepare_task(same, ModelConfig(name="tiny_bert", kind="bert", hidden_size=32, dropout=0.3)) is first
+    others = {
+        "data_seed": (TaskConfig(name="sentiment", kind="sentiment", data_seed=1, options=TASK.options), BERT),
+        "options": (TaskConfig(name="sentiment", kind="sentiment", options={"n_train": 200, "n_audit": 120}), BERT),
+        "max_length": (TASK, ModelConfig(name="tiny_bert", kind="bert", max_length=8)),
+        "model kind": (TASK, ModelConfig(name="tiny_neox", kind="gpt_neox")),
+    }
+    built = {what: prepare_task(t, m) for what, (t, m) in others.items()}
+    assert len({id(p) for p in [first, *built.values()]}) == 5
+    assert built["data_seed"].task.train != first.task.train
+    assert len(built["options"].task.train) == 200 and len(first.task.train) == 240
+    assert built["max_length"].train.input_ids.shape[1] == 8 < first.train.input_ids.shape[1]
+    assert all(prepare_task(t, m) is built[what] for what, (t, m) in others.items())
+
+
+def test_a_seed_trains_the_same_on_the_shared_task_as_on_its_own(monkeypatch):
+    """Every seed is applied where it was: a seed trained after others on the process's shared task
+    gives the same losses and scores, to the bit, as in a process that trains it alone."""
+    from recipe_audit.train import loop
+
+    monkeypatch.setattr(loop, "_PREPARED", {})
+    after_others = [_run(s) for s in (0, 1)][1]
+    monkeypatch.setattr(loop, "_PREPARED", {})
+    alone = _run(1)
+    assert alone.train_loss == after_others.train_loss and alone.audits == after_others.audits
+
+
 def test_lora_decoder_trains_adapters_only():
     model = ModelConfig(name="tiny_neox", kind="gpt_neox")
     recipe = RecipeConfig(name="l", lr=3e-3, max_steps=5, batch_size=16,

@@ -248,14 +248,26 @@ def for_job(value: Any) -> int:
     return _DECIDED.threads
 
 
+_TORCH_OWN: int | None = None  # torch's own number of threads, kept when apply first changed it
+
+
 def apply(value: Any) -> int:
-    """Set torch's threads for this job from the ``threads`` option; returns the number (0: torch's choice)."""
+    """Set torch's threads for this job from the ``threads`` option; returns the number (0: torch's choice).
+
+    Torch is asked only when its number differs from the one wanted, so the jobs of one process
+    with the same ``threads`` set it once. A job with ``threads=0`` after one that set a number in
+    the same process gets torch's own number back (kept when this function first changed it)."""
+    global _TORCH_OWN
+
     n = for_job(value)
-    if n:
+    want = n or _TORCH_OWN
+    if want:
         import torch
 
-        if torch.get_num_threads() != n:
-            torch.set_num_threads(n)
+        if torch.get_num_threads() != want:
+            if _TORCH_OWN is None:
+                _TORCH_OWN = torch.get_num_threads()
+            torch.set_num_threads(want)
     return n
 
 

@@ -1,7 +1,8 @@
 """A local SQLite store, made and kept the way several processes can share it safely.
 
-A new store is made whole beside its place and linked there at once (:func:`create_store`); the
-first look at it is taken under a lock beside the file (:func:`store_lock`); it is switched to
+A new store is made whole beside its place and linked there at once (:func:`create_store`), from
+a copy of an empty store whose tables MLflow made once for this MLflow version (:func:`template`);
+the first look at it is taken under a lock beside the file (:func:`store_lock`); it is switched to
 SQLite's write-ahead log (:func:`write_ahead_log`), whose commits skip the disk sync
 (:func:`commit_without_sync`) and whose log is folded back when a process is done with the store
 (:func:`checkpoint_store`); the file this process opened is remembered (:func:`remember_file`),
@@ -11,6 +12,7 @@ so that a store deleted or replaced under a sweep is told (:func:`check_store_fi
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,12 +52,16 @@ def create_store(uri: str) -> None:
     break each other ("Online migration expected to match one row", "table ... already exists")."""
     db = Path(uri[len(PREFIX):])
     if not db.exists():
-        from mlflow.tracking import MlflowClient
-
         tmp = db.with_name(f".{db.name}.{os.getpid()}.new")
         tmp.unlink(missing_ok=True)
         try:
-            MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)  # every table, at head
+            made = template()
+            if made is not None:  # MLflow's tables at head, no experiment yet: MLflow adds its default one
+                shutil.copyfile(made, tmp)
+            else:
+                from mlflow.tracking import MlflowClient
+
+                MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)  # every table, at head
             try:
                 os.link(tmp, db)
             except FileExistsError:
@@ -63,6 +69,94 @@ def create_store(uri: str) -> None:
         finally:
             tmp.unlink(missing_ok=True)
     _wait_for_migration(db)
+
+
+#: Where :func:`template` keeps its empty stores, unless set: the user's cache folder.
+CACHE_ENV = "RECIPE_AUDIT_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """``$RECIPE_AUDIT_CACHE_DIR``, else the user's cache folder for recipe_audit
+    (``~/.cache/recipe_audit`` on Linux)."""
+    env = os.environ.get(CACHE_ENV, "").strip()
+    if env:
+        return Path(env)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("recipe_audit", appauthor=False))
+
+
+def template() -> Path | None:
+    """An empty SQLite store with every MLflow table at the latest revision and no experiment, made
+    once per MLflow version and schema revision in :func:`cache_dir` (MLflow's migrations take
+    seconds; a copy, milliseconds). ``None`` when it cannot be made or read (a read-only cache
+    folder, say): the caller then lets MLflow make the tables, as without it.
+
+    The file holds MLflow's schema only: MLflow creates its ``Default`` experiment (artifact folder,
+    creation time) when a process first opens the copy, as it does for a database it has just
+    migrated, so a store made from it is the one MLflow makes (``tests/store/test_store_template.py``
+    compares the two). It is checked before every use (the revision, the tables, nothing else in
+    them) and made again beside its place and renamed over it when it does not pass; several
+    processes making it at once each rename a whole file."""
+    try:
+        import mlflow
+        from mlflow.store.db.utils import _get_latest_schema_revision
+
+        head = _get_latest_schema_revision()
+        path = cache_dir() / f"mlflow-{mlflow.__version__}-{head}.db"
+        if not _is_template(path, head):
+            _make_template(path)
+            if not _is_template(path, head):
+                return None
+        return path
+    except Exception:  # noqa: BLE001 - no cache: MLflow makes the store's tables itself
+        return None
+
+
+def _make_template(path: Path) -> None:
+    from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
+    tmp.unlink(missing_ok=True)
+    try:
+        engine = create_sqlalchemy_engine(f"sqlite:///{tmp}")
+        try:
+            _initialize_tables(engine)  # what MLflow's store does on a database without its tables
+        finally:
+            engine.dispose()
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _is_template(path: Path, head: str) -> bool:
+    """Whether ``path`` is an empty MLflow store at revision ``head``: every table MLflow's models
+    declare, no experiment and no run (the migrations' own rows, MLflow's default workspace, are
+    kept), the file intact."""
+    import sqlite3
+
+    if not path.is_file():
+        return False
+    from mlflow.store.db.base_sql_model import Base
+
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            if con.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                return False
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not set(Base.metadata.tables) <= tables or "alembic_version" not in tables:
+                return False
+            if [r[0] for r in con.execute("SELECT version_num FROM alembic_version")] != [head]:
+                return False
+            return not any(con.execute(f"SELECT 1 FROM {t} LIMIT 1").fetchone() for t in ("experiments", "runs"))
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
 
 
 def _wait_for_migration(db: Path, quiet_s: float = 10.0, limit_s: float = 120.0) -> None:

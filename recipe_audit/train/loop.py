@@ -88,10 +88,19 @@ def encode_examples(tokenizer, examples: tuple[Example, ...], max_length: int) -
 
 
 def prepare_task(tcfg: TaskConfig, mcfg: ModelConfig) -> PreparedTask:
-    """Build (or reuse) the task's data and tokenised tensors for this model."""
+    """Build (or reuse) the task's data and tokenised tensors for this model.
+
+    Built once per process for each task config (every field and option, in any order) and what
+    the tokenised tensors depend on in the model config (its kind, ``name_or_path`` and
+    ``max_length``): the seeds of a recipe share one object, and the seed of each rerun is applied
+    after it, in :func:`train_rerun`."""
+    import dataclasses
+    import json
+
     from recipe_audit.train.tasks import build_task
 
-    key = (repr(tcfg), mcfg.kind, mcfg.name_or_path, mcfg.max_length)
+    task_key = json.dumps(dataclasses.asdict(tcfg), sort_keys=True, default=repr)
+    key = (task_key, mcfg.kind, mcfg.name_or_path, mcfg.max_length)
     if key not in _PREPARED:
         task = build_task(tcfg)
         tok = build_tokenizer(mcfg, task)

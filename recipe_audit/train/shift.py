@@ -31,7 +31,7 @@ class ExtraAudit:
     encoded: Any  # ``loop.Encoded``
 
 
-_ENCODED: dict[tuple, tuple[ExtraAudit, ...]] = {}
+_ENCODED: dict[tuple, tuple[Any, tuple[ExtraAudit, ...]]] = {}  # -> (the prepared task they were encoded for, them)
 
 
 def prepare_extra_audits(task_configs: Sequence[TaskConfig], prepared, mcfg: ModelConfig) -> tuple[ExtraAudit, ...]:
@@ -46,8 +46,9 @@ def prepare_extra_audits(task_configs: Sequence[TaskConfig], prepared, mcfg: Mod
         return ()
     own = prepared.task
     key = (id(prepared), repr(list(task_configs)), mcfg.max_length)
-    if key in _ENCODED:
-        return _ENCODED[key]
+    hit = _ENCODED.get(key)
+    if hit is not None and hit[0] is prepared:  # that very task and tokenizer, not one at its old address
+        return hit[1]
     out: list[ExtraAudit] = []
     for tcfg in task_configs:
         if tcfg.name == own.name:
@@ -60,5 +61,5 @@ def prepare_extra_audits(task_configs: Sequence[TaskConfig], prepared, mcfg: Mod
         for audit, examples in task.audits.items():
             out.append(ExtraAudit(keys.task_shift_audit(tcfg.name, audit), task, audit,
                                   encode_examples(prepared.tokenizer, examples, mcfg.max_length)))
-    _ENCODED[key] = tuple(out)
-    return _ENCODED[key]
+    _ENCODED[key] = (prepared, tuple(out))
+    return _ENCODED[key][1]
