@@ -91,8 +91,8 @@ def test_card_runs_only_when_asked_and_never_twice(store, capsys):
     (run,) = _card_runs(store)
     # the experiment's description leads with the card's verdict line; the user's text is kept after it
     note = MlflowClient(store).get_experiment(exp_id).tags["mlflow.note.content"]
-    assert note.startswith("<!-- recipe_audit cards: begin") and note.endswith("\n\nNotes of mine.")
-    assert "- **strong-unsupported** · recipe `" in note and "· τ 0.7 · 6/30 failed · U 0.325 · " in note
+    assert note.startswith("strong-unsupported · 6/30 failed τ 0.7 · U 0.325 · recipe ")
+    assert note.endswith(" -->\n\nNotes of mine.") and note.count("<!--") == 1
     # the end of the output: the store's absolute URI and the line that points MLflow at it
     assert out.rstrip().splitlines()[-2:] == [f"Tracking store: {store}", f"  export MLFLOW_TRACKING_URI={store}"]
     assert run.info.run_name.startswith("card · ") and " · τ 0.7 · " in run.info.run_name
@@ -107,8 +107,9 @@ def test_card_runs_only_when_asked_and_never_twice(store, capsys):
     assert rc == 0 and "Logged 1 card run(s)" in out
     # a card logged later replaces the block, never appends one: the τ 0.8 card first, τ 0.7 kept
     note = MlflowClient(store).get_experiment(exp_id).tags["mlflow.note.content"]
-    assert note.count("recipe_audit cards: begin") == 1 and note.count("Notes of mine.") == 1
-    assert [ln.split(" · ")[3] for ln in note.splitlines() if ln.startswith("- ")] == ["τ 0.8", "τ 0.7"]
+    assert note.count("<!-- recipe_audit cards:") == 1 and note.count("Notes of mine.") == 1
+    assert [ln.split(" · ")[1] for ln in note.splitlines() if " · recipe " in ln] == ["6/30 failed τ 0.8",
+                                                                                       "6/30 failed τ 0.7"]
     names = [r.info.run_name for r in _card_runs(store)]
     assert len(names) == 2 == len(set(names)) and "None" not in " ".join(names)
     # each rerun of a logged card is tagged pass/fail at its τ: a search lists the failures

@@ -134,7 +134,7 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
     base, uri, server, log = mlflow_ui
     ids = _sweep_and_attach(tmp_path, uri)
     # the sweep's row is named by its verdict first (the runs table's name column is narrow)
-    assert ids["sweep_name"].startswith("insufficient-evidence at τ 0.7 (1/5 failed, U 0.584) · sweep-")
+    assert ids["sweep_name"].startswith("1/5 fail τ 0.7 · insufficient-evidence · U 0.584 · sweep-")
     _wait_up(base, server, log)
     from recipe_audit.store.cards import ui_experiment_path
 
@@ -163,7 +163,7 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
             edit.wait_for()
             header = edit.locator("xpath=..")
             folded = header.inner_text().strip().splitlines()[0]
-            assert folded.startswith("insufficient-evidence · recipe [") and "val_accuracy · τ 0.7 · 1/5 failed" in folded
+            assert folded.startswith("insufficient-evidence · 1/5 failed τ 0.7 · U 0.584 · recipe ") and "val_accuracy" in folded
             assert "<!--" not in header.inner_text()
             page.wait_for_timeout(2000)  # the overview's first-visit tip and the assistant open late
             _close_assistant(page)
@@ -182,9 +182,9 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
             name.wait_for()
             assert f"/experiments/{ids['experiment_id']}/runs" in page.url
             assert page.get_by_role("heading", name="Runs").count() == 1
-            # what the narrow column shows of the sweep's name begins with its verdict
+            # what the narrow column shows of the sweep's name begins with its count, bar and verdict
             shown = name.evaluate("e => [e.getBoundingClientRect().width, e.textContent]")
-            assert shown[0] > 60 and shown[1].startswith("insufficient-evidence")
+            assert shown[0] > 60 and shown[1].startswith("1/5 fail τ 0.7 · insufficient-evidence")
             _close_assistant(page)
             # expanded, the sweep's row shows its reruns and its card run
             name.locator("xpath=ancestor::*[@role='gridcell'][1]").locator("button").first.click()
@@ -234,13 +234,14 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
             row = desc.locator("table tbody tr").first.inner_text()
             assert "insufficient-evidence" in row and "1/5" in row and "0.584" in row
             assert "<!--" not in desc.inner_text()
-            # a handful of tags per card: its summary, where the card is, its digest
+            # three short tags: the verdict with k/N and U, where the card is, the recipe (digests in the card)
             from mlflow.tracking import MlflowClient
 
             tags = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version("clf", "1").tags
             assert sorted(tags) == ["recipe_audit.card.val_accuracy.tau_0.7",
-                                    "recipe_audit.card.val_accuracy.tau_0.7.card_digest",
                                     "recipe_audit.card.val_accuracy.tau_0.7.card_uri", "recipe_audit.recipe_id"]
+            assert tags["recipe_audit.card.val_accuracy.tau_0.7"].startswith("insufficient-evidence · 1/5 failed τ 0.7 · U")
+            assert all(len(v) <= 80 for v in tags.values()), tags
             _close_assistant(page)
             shot(page, "mlflow_ui_model_version.png")
             link = desc.get_by_role("link", name="card run").first
@@ -258,5 +259,40 @@ def test_mlflow_ui_shows_the_card_ci(mlflow_ui, tmp_path):
             body = page.inner_text("body")
             assert "<!--" not in body and "| recipe cards" not in body
             shot(page, "mlflow_ui_model.png")
+
+            # 5. the experiments list: the description column begins with the verdict line, as text;
+            # no marker and no JSON in sight (the rows are in a tag the UI hides)
+            page.goto(f"{base}/#/experiments")
+            row = page.get_by_test_id("experiment-list-item").filter(has_text="train")
+            row.first.wait_for()
+            cells = row.first.locator("td, [role=cell]").all_inner_texts()
+            desc_cell = next(t for t in cells if "failed" in t)
+            assert desc_cell.strip().startswith("insufficient-evidence · 1/5 failed τ 0.7 · U 0.584 · "), cells
+            # the cell is cut to one line (with an ellipsis): what it shows is the line's beginning, and
+            # the block's marker comes after the verdict lines and the sentence below them
+            assert desc_cell.index("<!--") > desc_cell.index("The latest recipe cards") > desc_cell.index("val_accuracy")
+            assert "\\" not in desc_cell
+            cell = row.first.get_by_text(desc_cell.strip()[:30], exact=False).last
+            fits = cell.evaluate("e => [e.scrollWidth, e.clientWidth, getComputedStyle(e).textOverflow]")
+            assert fits[2] == "ellipsis" or fits[0] <= fits[1], fits
+            listing = page.inner_text("body")
+            assert "[{" not in listing and "latest_cards" not in listing
+            _close_assistant(page)
+            shot(page, "mlflow_ui_experiments.png")
+
+            # 6. the registered-models list: each model's latest verdict, in its one tag
+            page.goto(f"{base}/#/models")
+            page.get_by_text("clf", exact=True).first.wait_for()
+            page.wait_for_timeout(2000)  # the registry's first-visit dialog opens late
+            models = page.inner_text("body")
+            assert "recipe_audit:" in models and "insufficient-evidence · 1/5 failed τ 0.7" in models, models[-1500:]
+            page.keyboard.press("Escape")  # the dialog
+            page.wait_for_timeout(1000)
+            for b in page.get_by_role("button", name="Close").all():  # the assistant, if open
+                try:
+                    b.click(timeout=3000)
+                except sync_api.TimeoutError:  # not shown (the dialog's own, closed)
+                    pass
+            shot(page, "mlflow_ui_models.png")
         finally:
             browser.close()

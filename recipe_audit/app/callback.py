@@ -197,9 +197,11 @@ class RecipeAuditCallback(Callback):
             stop(str(exc))
 
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        if rank() == 0 and getattr(self, "_uri", None):  # which store the run went to
+        if rank() == 0 and getattr(self, "_uri", None):  # which run and store the run went to
             from recipe_audit.release.sweep import print_store
 
+            if getattr(self, "_single_run_id", None):  # on a line of its own: attach --run-id takes it
+                print(f"Run id: {self._single_run_id}")
             print_store(self._uri)
 
     # -- the multirun ------------------------------------------------------------------------------
@@ -356,6 +358,8 @@ class RecipeAuditCallback(Callback):
         outcome = jobs.close_job(job, returned, error, bars=self.bars(), kind=self.run_kind, bar_tags=self.bar_tags,
                                  on_disk_full=self._abandoned if getattr(self, "sweep", None) is not None else None)
         job_return.recipe_audit = outcome  # read by recipe_audit's curtailing sweeper
+        if not self._job_place(config).multirun:
+            self._single_run_id = job.rerun.run_id  # printed when the run ends
         self._report(job, outcome)
         if self._progress is not None and self._progress.pid == os.getpid():  # jobs in this process
             self._progress.step(any(self.bars().fails(outcome, self.metrics[0])[:1]), self.taus[0])

@@ -48,7 +48,8 @@ def cell_entries(cell: Cell, opts: CardOptions) -> list[dict[str, Any]]:
     if cell.shift_refusal is not None:
         floor = stats.sample_floor(opts.eps, opts.delta)
         return [{**_entry_base(cell, tau, opts),
-                 "n_failures": None, "n_unfinished": len(cell.unfinished), "failed_seeds": [],
+                 "n_failures": None, "n_unfinished": len(cell.unfinished), **_never_ran_field(cell),
+                 "failed_seeds": [],
                  "upper_bound": None, "lower_bound": None, "sample_floor": floor,
                  "more_clean_reruns_needed": None, "verdict": stats.REFUSED_SHIFT,
                  "reason": cell.shift_refusal,
@@ -97,6 +98,7 @@ def _entry(cell: Cell, tau: float, opts: CardOptions, cs: CellStatistics, i: int
     base.update({
         "n_failures": k,
         "n_unfinished": len(cell.unfinished),
+        **_never_ran_field(cell),
         "failed_seeds": [_seed_json(s) for s, f in zip(cell.seeds, failed, strict=True) if f],
         "upper_bound": bound.upper,
         "lower_bound": bound.lower,
@@ -125,9 +127,25 @@ def _u(x: float, eps: float, above: bool) -> str:
     return shown_beside(x, eps, above, digits=3, fixed=True)
 
 
+def never_ran(cell: Cell) -> int:
+    """How many of the cell's planned reruns never started (unfinished as ``never-logged``: the
+    seeds an interrupted sweep did not reach; a curtailed sweep's unlaunched seeds are not among
+    them)."""
+    return sum(1 for u in cell.unfinished if u[1] == "never-logged")
+
+
+def _never_ran_field(cell: Cell) -> dict[str, int]:
+    """``n_never_ran`` for an entry with planned reruns that never started; absent otherwise (so
+    the JSON of every other card is as it was)."""
+    m = never_ran(cell)
+    return {"n_never_ran": m} if m else {}
+
+
 def _reason(bound, cell: Cell, opts: CardOptions) -> str:
     k, n = bound.k, bound.n
-    unf = f" ({len(cell.unfinished)} unfinished, counted as failures)" if cell.unfinished else ""
+    m = never_ran(cell)
+    unf = f" ({len(cell.unfinished)} unfinished, counted as failures" + (
+        f": {m} never ran; resume=true runs them)" if m else ")") if cell.unfinished else ""
     if bound.verdict == stats.SUPPORTED:
         return (f"{k} of {n} reruns failed{unf}; with confidence {1 - opts.delta:.0%} the next rerun "
                 f"fails with probability at most {_u(bound.upper, opts.eps, False)} ≤ ε = {opts.eps:g}.")

@@ -405,6 +405,12 @@ class CardEntry(Record):
             object.__setattr__(self, "key_order", names + tuple(self.extra))
 
     @property
+    def never_ran(self) -> int:
+        """How many of the entry's planned reruns never started (its unfinished reruns that never
+        logged a run: an interrupted sweep's seeds), counted among its failures."""
+        return sum(1 for u in self.unfinished if u.reason == "never-logged")
+
+    @property
     def cell_key(self) -> tuple:
         """What the entries of one cell share: (recipe id, group items, audit set, metric)."""
         return (self.recipe_id, tuple(sorted(self.group.items())), self.audit_set, self.metric)

@@ -74,7 +74,7 @@ def verdict_table(doc: RecipeCard) -> list[list[str]]:
         pw = e.pointwise if e.family and e.pointwise else {}
         u, v = pw.get("upper_bound", e.upper_bound), pw.get("verdict", e.verdict)
         rows.append([e.label, e.audit_set or e.metric, f"{e.tau:g}",
-                     f"{k}/{e.n_reruns}" + _planned_suffix(e), shown_u(u, e.eps, v), v,
+                     f"{k}/{e.n_reruns}" + _planned_suffix(e) + never_ran_suffix(e), shown_u(u, e.eps, v), v,
                      ships(e.rules["mean"])])
     return rows
 
@@ -143,7 +143,7 @@ def to_markdown(doc: RecipeCard, images: dict[tuple, str] | None = None,
             lines += [f"![rerun histogram]({images[key]})", ""]
         rows = []
         for e in entries:
-            rows.append([f"{e.tau:g}", f"{e.n_failures}/{e.n_reruns}", shown_l(e.lower_bound, e.eps, e.verdict),
+            rows.append([f"{e.tau:g}", f"{e.n_failures}/{e.n_reruns}" + never_ran_suffix(e), shown_l(e.lower_bound, e.eps, e.verdict),
                          shown_u(e.upper_bound, e.eps, e.verdict), str(e.sample_floor), f"**{e.verdict}**"])
         lines += [md_table(["τ", "failures/N", "L", "U", "N_min", "verdict"], rows), ""]
         for e in entries:
@@ -153,6 +153,8 @@ def to_markdown(doc: RecipeCard, images: dict[tuple, str] | None = None,
                   f"(the practice rules see only the {first.rule_statistics.n_finished} finished "
                   f"reruns and ignore {first.rule_statistics.n_ignored_by_practice_rules}):", ""]
         lines += [md_table(*rules_table(entries)), ""]
+        if first.never_ran:
+            lines += ["**" + never_ran_sentence(first) + "**", ""]
         if first.unfinished:
             lines += [f"Unfinished reruns ({len(first.unfinished)}, counted as failures): "
                       + ", ".join(f"seed {u.seed} ({u.reason})" for u in first.unfinished), ""]
@@ -284,6 +286,20 @@ def responsiveness_plot(resp: dict[str, Any]):
 # ---------------------------------------------------------------------------------------------
 # Curtailed sweeps and the simultaneous band
 # ---------------------------------------------------------------------------------------------
+
+
+def never_ran_suffix(e: CardEntry) -> str:
+    """`` (53 never ran)`` beside failures/N when planned reruns never started, else nothing."""
+    return f" ({e.never_ran} never ran)" if e.never_ran else ""
+
+
+def never_ran_sentence(e: CardEntry) -> str:
+    """What a card with planned reruns that never started says of them: how many failed, how
+    many of those never ran, and what runs them."""
+    return (f"{e.n_failures} of {e.n_reruns} reruns failed at τ = {e.tau:g}, {e.never_ran} of them planned "
+            "reruns that never ran (the sweep stopped before them: counted as failures). Relaunch the "
+            "sweep's command with resume=true (tracking.resume=true for the built-in trainer) to run "
+            "them; the seeds that finished are kept.")
 
 
 def _planned_suffix(e: CardEntry) -> str:

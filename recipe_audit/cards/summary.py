@@ -7,7 +7,15 @@ import sys
 from pathlib import Path
 
 from recipe_audit.cards.document import CardEntry, RecipeCard
-from recipe_audit.cards.render import GRID_HEADER, cell_groups, rules_table, shown_u, verdict_table
+from recipe_audit.cards.render import (
+    GRID_HEADER,
+    cell_groups,
+    never_ran_sentence,
+    never_ran_suffix,
+    rules_table,
+    shown_u,
+    verdict_table,
+)
 from recipe_audit.cards.tables import text_table
 
 
@@ -23,6 +31,12 @@ def story(doc: RecipeCard) -> list[str]:
             out.append(f"{e.label} at τ = {e.tau:g}: the card ships ({e.n_failures} of {e.n_reruns} "
                        f"reruns failed, U = {shown_u(e.upper_bound, e.eps, e.verdict)} ≤ ε = {e.eps:g}) while "
                        f"{mean} does not.")
+    never: dict[tuple, CardEntry] = {}
+    for e in doc.cells:
+        if e.never_ran:
+            never.setdefault(e.cell_key, e)  # the cell's first τ
+    for e in never.values():  # an interrupted sweep's seeds, counted as failures: say so, and what runs them
+        out.append(f"{e.label}: {never_ran_sentence(e)}")
     curtailed = {e.label: e.curtailment for e in doc.cells if e.curtailment and e.curtailment.stopped_early}
     for label, cur in curtailed.items():  # where the curtailing sweep stopped and why
         out.append(f"{label}: curtailed after {cur.n_launched} of {cur.n_planned} planned reruns; "
@@ -82,7 +96,8 @@ def summary_markdown(docs: list[RecipeCard]) -> str:
                   "| recipe | τ | failures / N | U | verdict |", "|---|---|---|---|---|"]
         for e in doc.cells:
             u = "" if e.upper_bound is None else shown_u(e.upper_bound, e.eps, e.verdict)
-            lines.append(f"| {str(e.label).replace('|', '/')} | {e.tau:g} | {e.n_failures}/{e.n_reruns} "
+            lines.append(f"| {str(e.label).replace('|', '/')} | {e.tau:g} | {e.n_failures}/{e.n_reruns}"
+                         f"{never_ran_suffix(e)} "
                          f"| {u} | **{e.verdict}** |")
         lines.append("")
     return "\n".join(lines)

@@ -11,14 +11,20 @@ Where things live (a model version has no artifact store of its own):
   in the card's experiment, tagged ``recipe_audit.attached_to = <model>/<version>``) with
   ``card.json``, ``card.md`` and the histogram as artifacts, exactly as ``recipe-audit card``
   logs cards; the version's tag ``...card_uri`` records ``runs:/<card run id>/card.json``;
-- the version's tags, three per card, keyed by audit set and τ
+- the version's tags, three short ones for a card: two per card, keyed by audit set and τ
   (:func:`recipe_audit.keys.card_tag_stem`, ``recipe_audit.card.<audit set>.tau_<τ>``): the
   summary, named by the stem alone (e.g. ``release-supported · 0/59 failed τ 0.7 · U 0.038 ≤ ε
-  0.1``), ``<stem>.card_uri`` (``runs:/<card run>/card.json``) and ``<stem>.card_digest``; the rest
-  is in the card (:func:`attached_cards` reads it back). Several cards (audit sets, τ) sit side by
-  side and attaching the same (audit set, τ) again replaces that card; the version also gets
-  ``recipe_audit.recipe_id`` (its source run's recipe identity). Versions attached before kept
-  every field of :data:`CARD_FIELDS` as a tag; they still read;
+  0.1``) and ``<stem>.card_uri`` (``runs:/<card run>/card.json``), and the version's recipe,
+  ``recipe_audit.recipe_id`` (its source run's recipe identity). The digests (the card's, its
+  reruns') and the per-audit details are in the card the link names (``card.json`` and the files
+  beside it, :func:`attached_cards` reads them back) and in the description's verdict table.
+  Several cards (audit sets, τ) sit side by side and attaching the same (audit set, τ) again
+  replaces that card. Versions attached before kept ``<stem>.card_digest`` (until 2026-12-06), or
+  every field of :data:`CARD_FIELDS`, as tags; they still read, and attaching that card again
+  removes them;
+- the registered model's tag ``recipe_audit``: the verdict of the card attached last and
+  its version (``insufficient-evidence · 1/5 failed τ 0.7 · U 0.584 > ε 0.1 · version 1``), which
+  the registered-models list shows in its row;
 - the version's description: one plain line of the verdicts first (what the registered model's
   versions table shows of it), then the verdict table of every attached card (each row with a
   link to its card run in the MLflow UI), a link to the card run of the card attached last, then
@@ -58,8 +64,12 @@ CARD_FIELDS = ("verdict", "upper_bound", "lower_bound", "n_reruns", "n_failures"
                "audit_set", "metric", "recipe_id", "recipe", "reason", "card_uri", "card_digest",
                "reruns_digest", "experiment", "source_run_in_card", "attached", "reading", "family_size",
                "family_verdict", "family_upper_bound", "family_members")
-# what a version's tags hold of each attached card, beside its summary tag (the stem alone)
-VERSION_TAG_FIELDS = ("card_uri", "card_digest")
+# what a version's tags hold of each attached card, beside its summary tag (the stem alone); the
+# card digest is the card's own (card.json's ``digest``), read through the link
+VERSION_TAG_FIELDS = ("card_uri",)
+# on the registered model: the verdict of the card attached last (the registered-models list shows
+# its tags in a narrow column, the key first: the key is the short namespace alone)
+TAG_MODEL_VERDICT = keys.PREFIX.rstrip(".")
 TAG_ATTACHED_TO = keys.PREFIX + "attached_to"
 # where the cards' section of a version's description begins: the line after its summary line
 SECTION_MARKER = "<!-- recipe_audit cards: this section and the line above it are rewritten by recipe-audit attach -->"
@@ -243,6 +253,14 @@ def summary_tag(f: dict[str, str]) -> str:
             f"U {shown_beside(u, eps, above, digits=3, fixed=True)} {'>' if above else '≤'} ε {eps:g}")
 
 
+def model_verdict(cards: dict[str, dict[str, str]], version: str) -> str:
+    """The registered model's verdict tag: the summaries of the cards just attached (the default
+    audit set first) and the version: ``insufficient-evidence · 1/5 failed τ 0.7 · U 0.584 > ε 0.1
+    · version 1``."""
+    text = "; ".join(summary_tag(f) for f in _ordered(cards)) + f" · version {version}"
+    return text if len(text) <= 5000 else text[:4990] + "…"
+
+
 def summary_line(cards: dict[str, dict[str, str]]) -> str:
     """The attached cards' verdicts in one plain line (no Markdown: the registered model's
     versions table shows the first characters of a version's description as text), in the
@@ -421,6 +439,7 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
     created_model = created_version = False
     card_runs: list[str] = []
     old_tags: dict[str, str | None] = {}
+    old_model_tags: dict[str, str | None] = {}
     old_description = None
     try:
         if run_id is not None:
@@ -472,12 +491,15 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
         desc = _description(old_description, all_cards, latest_md, next(iter(fields_by_stem.values()))["card_uri"],
                             links)
         reg.set_description(model_name, mv.version, desc)
+        if not created_model:
+            old_model_tags[TAG_MODEL_VERDICT] = reg.model_tags(model_name).get(TAG_MODEL_VERDICT)
+        reg.set_model_tag(model_name, TAG_MODEL_VERDICT, model_verdict(fields_by_stem, str(mv.version)))
         if set_alias:
             reg.set_alias(model_name, set_alias, mv.version)
     except Exception as exc:
         reg.undo(model_name, None if mv is None else mv.version, created_model=created_model,
                  created_version=created_version, old_tags=old_tags, old_description=old_description,
-                 runs=card_runs)
+                 runs=card_runs, old_model_tags=old_model_tags)
         if isinstance(exc, (RegistryError,)):
             raise
         raise RegistryError(f"Attaching the card to model '{model_name}' failed and was undone: "

@@ -14,7 +14,11 @@ from recipe_audit import keys
 from recipe_audit.cards import note
 
 TAG_NOTE = "mlflow.note.content"
-TAG_NOTE_ROWS = keys.PREFIX + "latest_cards"  # on the experiment: the block's rows, as JSON
+# on the experiment: the block's rows, as JSON, under a name MLflow's UI does not show among the
+# experiment's tags (it hides "mlflow."-prefixed tags); rows written before 2026-12-06 were in
+# LEGACY_TAG_NOTE_ROWS, which the experiments list showed: read once, then removed
+TAG_NOTE_ROWS = "mlflow." + keys.PREFIX + "latest_cards"
+LEGACY_TAG_NOTE_ROWS = keys.PREFIX + "latest_cards"
 
 
 def publish_experiment_note(tracking_uri: str, experiment: str, entries: Iterable[Mapping[str, Any]],
@@ -32,7 +36,7 @@ def publish_experiment_note(tracking_uri: str, experiment: str, entries: Iterabl
         return None
     stamp = (when or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     try:
-        old = json.loads(exp.tags.get(TAG_NOTE_ROWS) or "[]")
+        old = json.loads(exp.tags.get(TAG_NOTE_ROWS) or exp.tags.get(LEGACY_TAG_NOTE_ROWS) or "[]")
         old = [r for r in old if isinstance(r, dict) and "tau" in r and "verdict" in r]
     except ValueError:  # a hand-edited tag: start the list again
         old = []
@@ -44,4 +48,6 @@ def publish_experiment_note(tracking_uri: str, experiment: str, entries: Iterabl
         return None
     client.set_experiment_tag(exp.experiment_id, TAG_NOTE, text)
     client.set_experiment_tag(exp.experiment_id, TAG_NOTE_ROWS, json.dumps(rows, separators=(",", ":")))
+    if LEGACY_TAG_NOTE_ROWS in exp.tags:
+        client.delete_experiment_tag(exp.experiment_id, LEGACY_TAG_NOTE_ROWS)
     return text

@@ -156,6 +156,12 @@ class ModelRegistry:
     def delete_version_tag(self, name: str, version: str, key: str) -> None:
         self.client.delete_model_version_tag(name, version, key)
 
+    def set_model_tag(self, name: str, key: str, value: str) -> None:
+        self.client.set_registered_model_tag(name, key, value)
+
+    def model_tags(self, name: str) -> dict[str, str]:
+        return dict(self.client.get_registered_model(name).tags or {})
+
     def set_description(self, name: str, version: str, description: str) -> None:
         self.client.update_model_version(name, version, description=description)
 
@@ -163,9 +169,11 @@ class ModelRegistry:
         self.client.set_registered_model_alias(name, alias, version)
 
     def undo(self, name: str, version: str | None, *, created_model: bool, created_version: bool,
-             old_tags: dict[str, str | None], old_description: str | None, runs: list[str]) -> None:
+             old_tags: dict[str, str | None], old_description: str | None, runs: list[str],
+             old_model_tags: dict[str, str | None] | None = None) -> None:
         """Best effort: remove what a failed attach wrote (the version it registered, or the tags
-        and description it changed; the model it created; the card runs it logged)."""
+        and description it changed; the model's tags it changed; the model it created; the card
+        runs it logged)."""
         def quietly(fn, *args, **kw):
             try:
                 fn(*args, **kw)
@@ -184,5 +192,11 @@ class ModelRegistry:
             quietly(c.update_model_version, name, version, description=old_description or "")
         if created_model:
             quietly(c.delete_registered_model, name)
+        else:
+            for k, v in (old_model_tags or {}).items():
+                if v is None:
+                    quietly(c.delete_registered_model_tag, name, k)
+                else:
+                    quietly(c.set_registered_model_tag, name, k, v)
         for rid in runs:
             quietly(c.delete_run, rid)

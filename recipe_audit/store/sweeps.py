@@ -259,16 +259,22 @@ def tag_sweep_with_cards(info: SweepInfo, entries: list[dict[str, Any]], descrip
 
 
 def sweep_run_name(sweep_id: str, entries: list[dict[str, Any]]) -> str:
-    """The sweep's run name once its card is known, verdict first, so the runs table's one default
-    text column (narrow: it shows the first twenty characters or so) shows it: ``unsupported at
-    τ 0.7 (6/59 failed, U 0.172) · sweep-<id>``; several recipes or metrics: ``1 of 4 cells
-    release-supported · sweep-<id>``."""
+    """The sweep's run name once its card is known, what matters first, so the runs table's one
+    default text column (narrow: it shows the first twenty characters or so) shows it: ``6/59
+    fail τ 0.7 · unsupported · U 0.172 · sweep-<id>`` (each τ of the card, ``;`` between); several
+    recipes or metrics: ``1 of 4 cells release-supported · sweep-<id>``.
+
+    >>> sweep_run_name("ab12", [{"label": "default", "metric": "m", "tau": 0.7, "verdict": "unsupported",
+    ...                          "n_failures": 6, "n_reruns": 59, "upper_bound": 0.1717}])
+    '6/59 fail τ 0.7 · unsupported · U 0.172 · sweep-ab12'
+    """
     if len({(e["label"], e["metric"]) for e in entries}) > 1:
         ok = sum(1 for e in entries if e["verdict"] == "release-supported")
         verdict = f"{ok} of {len(entries)} cells release-supported"
     else:
-        verdict = "; ".join(f"{e['verdict']} at τ {e['tau']:g}" + (
-            "" if e.get("upper_bound") is None else f" ({e['n_failures']}/{e['n_reruns']} failed, U {e['upper_bound']:.3f})")
+        verdict = "; ".join(
+            f"τ {e['tau']:g} · {e['verdict']}" if e.get("upper_bound") is None else
+            f"{e['n_failures']}/{e['n_reruns']} fail τ {e['tau']:g} · {e['verdict']} · U {e['upper_bound']:.3f}"
             for e in entries)
     tail = f" · sweep-{sweep_id}"
     if len(verdict) + len(tail) > 250:  # MLflow's run_name column holds 250

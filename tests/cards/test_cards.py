@@ -88,6 +88,37 @@ def test_unfinished_reruns_are_failures_or_refuse(store):
         _card(store, opts=CardOptions(taus=(0.7,), unfinished="refuse"))
 
 
+def test_planned_reruns_that_never_ran_are_said_on_every_surface(store, tmp_path, capsys):
+    """An interrupted sweep: 30 of 40 planned seeds logged (one crashed), 10 never started. They
+    count as failures (SPEC 1.2) and the card says how many failed, how many never ran and what
+    runs them: in its JSON, its Markdown (and so card.html), the terminal and the sweep's summary."""
+    from recipe_audit.cards.summary import print_card_summary, summary_markdown
+
+    values = {s: 0.9 if s % 7 else 0.5 for s in range(30)}  # seeds 0, 7, 14, 21, 28 fail the bar
+    synthetic_sweep(store, values, planned=range(40), statuses={5: "FAILED"})
+    doc = _card(store, opts=CardOptions(taus=(0.7, 0.8)))
+    validate(doc)
+    e = doc["cells"][0]
+    assert (e["n_reruns"], e["n_failures"], e["n_unfinished"], e["n_never_ran"]) == (40, 5 + 1 + 10, 11, 10)
+    assert "(11 unfinished, counted as failures: 10 never ran; resume=true runs them)" in e["reason"]
+    md = render_files(doc, tmp_path / "out")["markdown"].read_text()
+    assert "| 0.7 | 16/40 (10 never ran) |" in md
+    said = ("16 of 40 reruns failed at τ = 0.7, 10 of them planned reruns that never ran (the sweep stopped "
+            "before them: counted as failures). Relaunch the sweep's command with resume=true")
+    assert said in md and md.count(said) == 1
+    card = RecipeCard.from_json(doc)
+    print_card_summary(card)
+    out = capsys.readouterr().out
+    assert "16/40 (10 never ran)" in out and said in out
+    assert "| 0.8 | 16/40 (10 never ran) |" in summary_markdown([card])
+    # a card with unfinished reruns that all started has no such field or sentence: as it was
+    synthetic_sweep(store, values, experiment="started", planned=range(30), statuses={5: "FAILED"})
+    (plain, _) = compute_cards(CardRequest(experiment="started", tracking_uri=store),
+                               CardOptions(taus=(0.7, 0.8)))["cells"]
+    assert "n_never_ran" not in plain and plain["reason"].startswith("6 of 30 reruns failed (1 unfinished, counted as "
+                                                                     "failures); ")
+
+
 def test_two_recipes_are_never_pooled(store):
     synthetic_sweep(store, {s: 0.9 for s in range(25)}, recipe_id="a" * 16)
     synthetic_sweep(store, {s: 0.5 for s in range(25)}, recipe_id="b" * 16)

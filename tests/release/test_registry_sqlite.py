@@ -108,9 +108,11 @@ def test_attach_registers_the_logged_model_and_tags_every_card(copy, capsys):
     f = cards[stem]
     assert f["verdict"] == "strong-unsupported" and (f["n_reruns"], f["n_failures"]) == ("29", "10")
     assert f["recipe_id"] == GOOD and float(f["eps"]) == 0.1 and f["experiment"]
-    # a handful of tags per card: its summary (the first of its tags), where the card is, its digest
-    assert sorted(k for k in mv.tags if k.startswith(stem)) == [stem, stem + ".card_digest", stem + ".card_uri"]
-    assert len([k for k in mv.tags if k.startswith(keys.CARD_TAG_PREFIX)]) == 3 * 4
+    # two tags per card: its summary (the first of its tags) and where the card is (its digest is
+    # the card's own, read through the link); with the recipe, a card is three tags on a version
+    assert sorted(k for k in mv.tags if k.startswith(stem)) == [stem, stem + ".card_uri"]
+    assert len([k for k in mv.tags if k.startswith(keys.CARD_TAG_PREFIX)]) == 2 * 4
+    assert f["card_digest"] and f["card_digest"] == registry.attached_cards(mv.tags, uri)[stem]["card_digest"]
     assert mv.tags[stem] == f"strong-unsupported · 10/29 failed τ 0.7 · U {float(f['upper_bound']):.3f} > ε 0.1"
     assert mv.tags[keys.TAG_RECIPE_ID] == GOOD
     # the page reads top-down: the verdicts in one plain line (what the versions table shows), the
@@ -206,7 +208,12 @@ def test_several_cards_from_several_attaches(copy, capsys):
     desc = client.get_model_version("clf", "1").description
     assert desc.startswith("Owner: team A.\n\nrelease-supported on calibration at τ 0.7 (")
     assert desc.count("Owner") == 1 and desc.count(registry.SECTION_MARKER) == 1
-    # a version attached before kept every field as a tag: attaching again leaves three per card
+    # the registered model's one verdict tag (what the registered-models list shows): the card attached last
+    verdict = client.get_registered_model("clf").tags[registry.TAG_MODEL_VERDICT]
+    assert verdict.startswith("strong-unsupported · 10/29 failed τ 0.7 · U ") and verdict.endswith(" · version 1")
+    assert "calibration" not in verdict
+
+    # a version attached before kept every field as a tag: attaching again leaves two per card
     tags = client.get_model_version("clf", "1").tags
     stem = keys.card_tag_stem("shift_x", 0.7)
     legacy = {**registry.attached_cards(tags, uri)[stem], "attached": "2026-11-30T00:00:00+00:00"}
@@ -215,7 +222,27 @@ def test_several_cards_from_several_attaches(copy, capsys):
     assert registry.attached_cards(client.get_model_version("clf", "1").tags)[stem]["verdict"] == legacy["verdict"]
     assert run_cli([*base, "--audit", "shift_x", "--tau", "0.7"], capsys)[0] == 0
     tags = client.get_model_version("clf", "1").tags
-    assert sorted(k for k in tags if k.startswith(stem)) == [stem, stem + ".card_digest", stem + ".card_uri"]
+    assert sorted(k for k in tags if k.startswith(stem)) == [stem, stem + ".card_uri"]  # the old fields gone
+
+
+def test_a_failed_attach_to_a_version_restores_the_models_verdict(copy, capsys, monkeypatch):
+    world, uri, _ = copy
+    from recipe_audit.store.card_files import load_card
+
+    assert _attach_from_run(uri, world, capsys, "--audit", "shift_x", "--tau", "0.7")[0] == 0
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    before = client.get_registered_model("clf").tags[registry.TAG_MODEL_VERDICT]
+    tags_before = client.get_model_version("clf", "1").tags
+
+    def boom(self, *a, **kw):
+        raise RuntimeError("registry went away")
+
+    monkeypatch.setattr(MlflowClient, "set_registered_model_alias", boom)  # the last write of an attach
+    with pytest.raises(registry.RegistryError, match="failed and was undone"):
+        registry.attach(uri, "clf", load_card("card.json"), version="1", audits=["calibration"], taus=[0.7],
+                        set_alias="candidate")
+    assert client.get_registered_model("clf").tags[registry.TAG_MODEL_VERDICT] == before
+    assert client.get_model_version("clf", "1").tags == tags_before
 
 
 @pytest.mark.parametrize("args, needle", [
