@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import re
+
+# a terminal's escape sequences (colours, bold: ECMA-48 CSI and OSC), which a library's message may carry
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def plain(text: str) -> str:
+    """``text`` without a terminal's escape sequences (what the error tags and sentences hold).
+
+    >>> plain("\x1b[1mdo this only if you trust it\x1b[0m.")
+    'do this only if you trust it.'
+    """
+    return _ANSI.sub("", text)
+
 
 def first_line(exc: BaseException, limit: int | None = None) -> str:
-    """The first non-empty line of ``exc``'s message (its type's name when it has none), cut at
-    ``limit`` characters.
+    """The first non-empty line of ``exc``'s message (its type's name when it has none), in plain
+    text (:func:`plain`), cut at ``limit`` characters.
 
     >>> first_line(ValueError("no such table: runs\\n[SQL: SELECT ...]"))
     'no such table: runs'
     >>> first_line(KeyError()), first_line(OSError("x" * 9), limit=4)
     ('KeyError', 'xxxx')
     """
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    lines = [ln for ln in plain(str(exc)).strip().splitlines() if ln.strip()]
     return (lines[0] if lines else type(exc).__name__)[:limit]
 
 
@@ -65,3 +79,28 @@ def stdout_gone() -> int:
     except (OSError, ValueError):  # stdout is no file (captured): nothing to point elsewhere
         pass
     return BROKEN_PIPE_STATUS
+
+
+# what a crash's error means and what sets it right, where the error itself does not say it in its
+# first line: (the error's type name, words of its first line, the fix)
+KNOWN_FIXES = (
+    ("UnpicklingError", "Weights only load failed",
+     "torch 2.6 and later load checkpoints with weights_only=True, which refuses the objects a Lightning "
+     "checkpoint keeps (lightning-hydra-template's among them); if you trust the checkpoint, "
+     "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 loads it as torch did before"),
+)
+
+
+def known_fix(error: str) -> str | None:
+    """What sets right a crash whose error line (:func:`error_line`) is ``error``, when
+    :data:`KNOWN_FIXES` knows it (None otherwise).
+
+    >>> known_fix("UnpicklingError: Weights only load failed. This file can still be loaded")[:33]
+    'torch 2.6 and later load checkpoi'
+    >>> known_fix("ValueError: bad lr") is None
+    True
+    """
+    for type_name, words, fix in KNOWN_FIXES:
+        if error.startswith(type_name + ":") and words in error:
+            return fix
+    return None

@@ -47,6 +47,9 @@ TAG_PARENT = "mlflow.parentRunId"  # MLflow's own nesting tag
 TAG_CURTAILMENT = PREFIX + "curtailment"
 TAG_CURTAIL_SUMMARY = PREFIX + "curtailment_summary"
 CURTAILMENT_ARTIFACT_PREFIX = "artifact:"
+# how the error tag of a rerun recorded FAILED for want of the card's metric begins (the job ended
+# without raising, and logged and returned no such metric): a card reader tells it from a crash by it
+NO_METRIC_ERROR_LEAD = "the task returned "
 
 METRIC_TRAIN_LOSS = "train_loss"  # logged with step
 METRIC_TRAIN_SECONDS = "train_seconds"

@@ -48,6 +48,8 @@ EXAMPLES = {
     # lightning-hydra-template's layout, its logger/mlflow.yaml (a file store MLflow 3 refuses) as it is
     "lightning_template": Example("lightning_template", "test/acc", ("train/loss", "val/acc", "test/acc"),
                                   script="src/train.py", args=("logger=mlflow",)),
+    # Lightning imported, and its MLFlowLogger built with a file store, inside the task function
+    "lightning_script": Example("lightning_script", "val_acc", ("val_acc", "train_loss")),
 }
 LAUNCHERS = {"basic": [], "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]}
 
@@ -131,6 +133,8 @@ def test_light_examples(tmp_path, store, name, fault, launcher):
     # (CI runs Lightning under joblib through lightning_template-joblib-ci above)
     pytest.param("lightning", "joblib", "crash", id="lightning-joblib"),
     pytest.param("lightning", "basic", "collapse", id="lightning-basic"),
+    # Lightning first imported inside the first job of each worker (basic: test_failing_integration)
+    pytest.param("lightning_script", "joblib", "crash", id="lightning_script-joblib"),
 ])
 def test_framework_examples(tmp_path, store, name, launcher, fault):
     _check(tmp_path, store, EXAMPLES[name], launcher, fault)

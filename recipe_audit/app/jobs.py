@@ -2,7 +2,8 @@
 
 :func:`open_job` opens the rerun's MLflow run (nested under the sweep's run) and :func:`start_job`
 points what the task logs at it: MLflow's own variables, MLflow's fluent ``end_run`` and
-Lightning's ``MLFlowLogger`` (the job's environment: :mod:`recipe_audit.app.job_env`).
+Lightning's ``MLFlowLogger`` (the job's environment: :mod:`recipe_audit.app.job_env`), and refuses
+a file store in the folder of the rerun's SQLite store.
 :func:`close_job` records the truth whatever the task did to the run, and :func:`end_job` puts
 the process back as it was. No Hydra here: the callback hands plain data in.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe_audit.app import job_env
-from recipe_audit.app.outcomes import Bars, no_metric, returned_metrics
+from recipe_audit.app.outcomes import Bars, disagreement, no_metric, returned_metrics
 from recipe_audit.app.process import one_line, stop
 
 
@@ -102,13 +103,14 @@ def open_job(place: JobPlace, new, *, label: str, params: dict[str, str], raw_co
 def start_job(job: Job) -> None:
     """Point what the task logs at the job's rerun, for the job's duration."""
     from recipe_audit.app.mlflow_loggers import point_mlflow_loggers
-    from recipe_audit.store import rerun_runs
+    from recipe_audit.store import rerun_runs, sqlite
     from recipe_audit.store.uris import mask_credentials
 
     rerun = job.rerun
     _CURRENT[:] = [rerun]
     job_env.point_mlflow_at(rerun.run_id, rerun.experiment_id, rerun.experiment_name, rerun.tracking_uri)
     rerun_runs.keep_rerun_resumable(rerun.run_id)
+    sqlite.refuse_file_stores_beside(rerun.tracking_uri)
     job.restore_loggers = point_mlflow_loggers(rerun.tracking_uri, rerun.run_id, rerun.experiment_name,
                                                raw_config=job.raw_config, mask=mask_credentials)
 
@@ -118,7 +120,8 @@ def close_job(job: Job, returned: Any, error: BaseException | None, *, bars: Bar
               on_disk_full: Callable[[], None] | None = None) -> dict[str, Any]:
     """Record the job's end in its rerun's run: the params, the numbers it returned, the bars'
     tags (``bar_tags``) and the status (FAILED with ``error``; FAILED for want of a card metric
-    when a rerun of ``kind`` rerun logged and returned none). Returns the outcome
+    when a rerun of ``kind`` rerun logged and returned none, or with both values when the value
+    it returned is not the one its run holds). Returns the outcome
     (:func:`recipe_audit.store.rerun_runs.close_rerun`), with the rerun's recipe identity. A full
     disk stops the sweep here (``on_disk_full`` first: the sweep's own process closes its parent)."""
     from recipe_audit import keys
@@ -134,7 +137,8 @@ def close_job(job: Job, returned: Any, error: BaseException | None, *, bars: Bar
         outcome = rerun_runs.close_rerun(
             store, job.rerun.run_id, params=job.params, returned=returned_metrics(returned, bars.metrics),
             error=error, metrics=bars.metrics, tags_for=lambda o: {**job.rerun.tags, **bar_tags(o)},
-            no_metric=(lambda missing: no_metric(returned, missing, bars.metrics)) if kind == keys.KIND_RERUN else None)
+            no_metric=(lambda missing: no_metric(returned, missing, bars.metrics)) if kind == keys.KIND_RERUN else None,
+            disagree=disagreement if kind == keys.KIND_RERUN else None)
     except Exception as exc:
         if sqlite.disk_full(exc):
             rerun_runs.mark_failed(store, job.rerun.run_id)  # nothing left RUNNING where it can be helped
@@ -170,10 +174,11 @@ def end_job(job: Job) -> None:
 
 
 def stop_resuming() -> None:
-    """MLflow's own ``end_run`` again (the job's task has returned)."""
-    from recipe_audit.store import rerun_runs
+    """MLflow's own ``end_run`` again, file stores no longer refused (the job's task has returned)."""
+    from recipe_audit.store import rerun_runs, sqlite
 
     rerun_runs.keep_rerun_resumable(None)
+    sqlite.refuse_file_stores_beside(None)
 
 
 def end_fluent_run() -> None:

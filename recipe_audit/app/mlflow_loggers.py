@@ -8,7 +8,9 @@ each Lightning package the process has imported (``lightning.pytorch`` and ``pyt
 are two copies of it), or that the job's config names: a logger built during the job, from the
 config (``hydra.utils.instantiate``) or in the app's own code, gets the rerun's
 ``tracking_uri``, ``run_id`` and ``experiment_name``; every other argument is passed on as given.
-The first logger that changes says so in one line of the job's log. The returned function puts
+A Lightning package first imported while the job runs (the task function imports it) has its
+class wrapped as soon as its module is loaded. The first logger that changes says so in one line
+of the job's log. The returned function puts
 each class's own constructor back (the callback calls it when the job ends, also when the task
 raised). No Hydra or MLflow is imported here.
 """
@@ -130,9 +132,17 @@ def point_mlflow_loggers(tracking_uri: str, run_id: str, experiment_name: str, r
                     and len(built) == 1 else "an MLFlowLogger")
             log.info("recipe_audit: %s logs into rerun %s: %s", name, run_id, ", ".join(changed))
 
-    wrapped = [(cls, cls.__dict__["__init__"], _pointing(cls.__dict__["__init__"], pointed)) for cls in classes]
-    for cls, _, ours in wrapped:
-        cls.__init__ = ours
+    wrapped: list[tuple[type, Callable[..., None], Callable[..., None]]] = []
+
+    def point(cls: type) -> None:
+        """Wrap ``cls``'s constructor for this job (once)."""
+        if "__init__" in cls.__dict__ and all(cls is not c for c, _, _ in wrapped):
+            own = cls.__dict__["__init__"]
+            wrapped.append((cls, own, _pointing(own, pointed)))
+            cls.__init__ = wrapped[-1][2]
+
+    for cls in classes:
+        point(cls)
 
     def restore() -> None:
         for cls, own, ours in wrapped:
@@ -141,12 +151,38 @@ def point_mlflow_loggers(tracking_uri: str, run_id: str, experiment_name: str, r
         wrapped.clear()
         if restore in _LEFT:
             _LEFT.remove(restore)
+        _POINT.clear()
 
     _LEFT.append(restore)
+    _POINT[:] = [point]
+    _watch_imports()
     return restore
 
 
 _LEFT: list[Callable[[], None]] = []  # the restore of the job running now
+_POINT: list[Callable[[type], None]] = []  # while a job runs: wraps a logger class for it
+_WATCHED: set[str] = set()  # the logger modules whose first import this process watches for
+
+
+def _watch_imports() -> None:
+    """A Lightning package imported for the first time while a job runs (its task function
+    imports it: the first job of each worker process) has its ``MLFlowLogger`` pointed at the
+    job's rerun as soon as its module is loaded, before the task can build one. wrapt's
+    post-import hooks call :func:`_imported` once the module has run; one hook per module and
+    process (an imported module is wrapped at each job's start)."""
+    import wrapt
+
+    for package in LIGHTNING_PACKAGES:
+        module = f"{package}.loggers.mlflow"
+        if module not in _WATCHED and module not in sys.modules:
+            _WATCHED.add(module)
+            wrapt.register_post_import_hook(_imported, module)
+
+
+def _imported(module: Any) -> None:
+    cls = getattr(module, "MLFlowLogger", None)
+    if _POINT and isinstance(cls, type):
+        _POINT[0](cls)
 
 
 def _pointing(own: Callable[..., None], pointed: Callable[[inspect.BoundArguments], None]) -> Callable[..., None]:

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from recipe_audit.keys import NO_METRIC_ERROR_LEAD
+
 log = logging.getLogger("recipe_audit")
 
 
@@ -44,7 +46,7 @@ def returned_metrics(value: Any, metrics: Sequence[str]) -> dict[str, float]:
     return {}
 
 
-NO_METRIC_LEAD = "the task returned "
+NO_METRIC_LEAD = NO_METRIC_ERROR_LEAD  # recipe_audit.keys: a card reader tells such a failure from a crash
 
 
 def no_metric(value: Any, missing: Sequence[str], metrics: Sequence[str]) -> str:
@@ -55,6 +57,18 @@ def no_metric(value: Any, missing: Sequence[str], metrics: Sequence[str]) -> str
     return (f"{NO_METRIC_LEAD}{text} ({type(value).__name__}) and logged no {names}: log the metric to the "
             f"rerun's run (mlflow.log_metric) or return it, as a number (read as '{metrics[0]}') or a mapping "
             "of metric names to numbers")
+
+
+def disagreement(metric: str, logged: float, returned: float) -> str:
+    """Why a job whose run holds one value of the card's metric and whose task returned another
+    is recorded FAILED: both values, and what makes them one.
+
+    >>> print(disagreement("acc", 0.1, 0.95)[:67])
+    the rerun's run holds acc = 0.1 (logged) but the task returned 0.95
+    """
+    return (f"the rerun's run holds {metric} = {logged:.6g} (logged) but the task returned {returned:.6g} for it; "
+            "neither is taken: log the card's metric once, into the rerun's run (not a run of the task's own, "
+            f"nested or started again), or return the value it logged, or return nothing")
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,12 @@ def stop(message: str, code: int = 2) -> None:
 
 
 def one_line(exc: BaseException) -> str:
-    """``Type: first line`` of an error, at most 500 characters (the error tag of a rerun that raised).
+    """``Type: first line`` of an error, in plain text, at most 500 characters (the error tag of a rerun that raised).
 
     >>> one_line(ValueError("bad seed\\nmore"))
     'ValueError: bad seed'
     """
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    from recipe_audit.errors import plain
+
+    lines = [ln for ln in plain(str(exc)).strip().splitlines() if ln.strip()]
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]

@@ -57,16 +57,40 @@ def _end(sweep, kind: JobsKind, cards: Callable[[], None] | None, launched_ms: i
     print_store(sweep.tracking_uri)
     failed = rerun_runs.failed_reruns(sweep, kind=kind.run_kind)
     if failed:
-        many = len({r for _, r, _ in failed}) > 1
-        which = ", ".join(f"seed {s}" + (f" of recipe {r[:8]}" if many else "") + f" ({st.lower()})"
-                          for s, r, st in failed)
-        stop(f"{len(failed)} {kind.failed_noun} of sweep {sweep.sweep_id} did not finish: {which}; "
-             f"{kind.failed_consequence}.", code=1)
+        stop(failed_sentence(sweep.sweep_id, failed, kind), code=1)
     killed = rerun_runs.killed_attempts(sweep, since_ms=launched_ms, kind=kind.run_kind)
     if killed:  # a worker lost (out of memory, a node gone): run again and finished, but said
         stop(f"{len(killed)} attempt(s) of sweep {sweep.sweep_id} were killed and run again: "
              f"{', '.join(f'seed {s}' for s in killed)}; every seed finished and the card counts the finished "
              "attempts, but a worker was lost: look at the machine's memory and logs.", code=1)
+
+
+def failed_sentence(sweep_id: str, failed, kind: JobsKind) -> str:
+    """The sweep's last sentence when some of its jobs did not finish (``failed``:
+    :class:`recipe_audit.store.rerun_runs.FailedRerun` in seed order): how many, which seeds, what
+    the card made of them, and the innermost cause of the first that recorded one, with what sets
+    it right when :func:`recipe_audit.errors.known_fix` knows it.
+
+    >>> from recipe_audit.store.rerun_runs import FailedRerun
+    >>> print(failed_sentence("s1", [FailedRerun(1, "r", "FAILED", "OSError: disk full (raised as RuntimeError: x)"),
+    ...                              FailedRerun(2, "r", "KILLED", None)], JobsKind("rerun", "rerun(s)", "counted")))
+    2 rerun(s) of sweep s1 did not finish: seed 1 (failed), seed 2 (killed); counted; the first, seed 1, failed: OSError: disk full (raised as RuntimeError: x).
+    """
+    from recipe_audit.errors import known_fix
+
+    many = len({f.recipe_id for f in failed}) > 1
+
+    def seed(f) -> str:
+        return f"seed {f.seed}" + (f" of recipe {f.recipe_id[:8]}" if many else "")
+
+    which = ", ".join(f"{seed(f)} ({f.status.lower()})" for f in failed)
+    line = f"{len(failed)} {kind.failed_noun} of sweep {sweep_id} did not finish: {which}; {kind.failed_consequence}"
+    first = next((f for f in failed if f.error), None)
+    if first is not None:
+        error = first.error.strip().rstrip(".").rstrip()
+        fix = known_fix(error)
+        line += f"; the first, {seed(first)}, {first.status.lower()}: {error}" + (f" ({fix})" if fix else "")
+    return line + "."
 
 
 def abandon_sweep(sweep, kind: JobsKind, joblib: bool) -> None:

@@ -160,7 +160,8 @@ def _resolve(req: CardRequest, opts: CardOptions, frame) -> _Cells:
     from recipe_audit.reruns import QueryError, collect_reruns
 
     metric = _metric_name(req.metric)
-    if not frame[f"logged[{metric}]"].any() and not frame[_SCORED_ON].notna().any():
+    if (not frame[f"logged[{metric}]"].any() and not frame[_SCORED_ON].notna().any()
+            and not _only_crashed(frame, req)):  # reruns that all crashed are a card of failures (1.2)
         why = frame.attrs["unlogged"].get(metric) if "unlogged" in frame.attrs else _why_unlogged(req, metric)
         if why:
             raise CardError(why)  # what the runs there did log
@@ -188,6 +189,25 @@ def _resolve(req: CardRequest, opts: CardOptions, frame) -> _Cells:
 
 
 _SCORED_ON = "tags." + keys.TAG_AUDIT_SETS
+
+
+def _only_crashed(frame, req: CardRequest) -> bool:
+    """Whether every run of the card (its recipe and sweep, when ``req`` names them) crashed or
+    was killed: none finished and none ended for want of the metric (the error a sweep records for
+    a job that returned and logged none of it, :data:`recipe_audit.keys.NO_METRIC_ERROR_LEAD`).
+    No such run logged the metric, and that says nothing about its name: the card counts them as
+    the failures they are, where a metric no finished run logged is refused as a likely misnomer."""
+    if "status" not in frame.columns:
+        return False
+    scope = frame
+    if req.recipe_id is not None:
+        scope = scope[scope["recipe_id"] == req.recipe_id]
+    if req.sweep_id is not None:
+        scope = scope[scope["tags." + keys.TAG_SWEEP_ID] == req.sweep_id]
+    if scope.empty or not scope["status"].isin(["FAILED", "KILLED"]).all():
+        return False
+    errors = scope["error"] if "error" in scope.columns else []
+    return not any(isinstance(e, str) and e.startswith(keys.NO_METRIC_ERROR_LEAD) for e in errors)
 
 
 def _why_unlogged(req: CardRequest, metric: str) -> str | None:

@@ -22,6 +22,10 @@ class StoreGone(TrackingError):
     """The store a sweep was writing to is no longer the one it opened (deleted, replaced)."""
 
 
+class FileStoreRefused(TrackingError):
+    """A job would make an MLflow file store in its SQLite store's folder (one sentence)."""
+
+
 def _loaded_class(module: str, name: str) -> type | None:
     """``module.name`` when ``module`` has been imported (None otherwise; nothing is imported)."""
     return getattr(sys.modules.get(module), name, None)

@@ -14,7 +14,7 @@ import time
 import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from recipe_audit import keys
 from recipe_audit.errors import error_line
@@ -149,10 +149,20 @@ def finished_seeds(store: Store, sweep: SweepInfo, metrics: Iterable[str]) -> di
     return out
 
 
-def failed_reruns(info: SweepInfo, kind: str = keys.KIND_RERUN) -> list[tuple[int | str, str, str]]:
-    """(seed, recipe identity, status) of each rerun of ``info`` whose latest attempt ended
-    FAILED or KILLED (a seed a resumed sweep ran again to the end is not listed; the card still
-    sees every attempt). ``kind``: the runs' ``recipe_audit.kind`` (an acceptance sweep's cells)."""
+class FailedRerun(NamedTuple):
+    """A rerun whose latest attempt did not finish: its seed, recipe identity, status (FAILED or
+    KILLED) and error tag (None when it has none: a killed process records none)."""
+
+    seed: int | str
+    recipe_id: str
+    status: str
+    error: str | None
+
+
+def failed_reruns(info: SweepInfo, kind: str = keys.KIND_RERUN) -> list[FailedRerun]:
+    """Each rerun of ``info`` whose latest attempt ended FAILED or KILLED (a seed a resumed sweep
+    ran again to the end is not listed; the card still sees every attempt), in seed order.
+    ``kind``: the runs' ``recipe_audit.kind`` (an acceptance sweep's cells)."""
     client = client_for(info.tracking_uri)
     exp = client.get_experiment_by_name(info.experiment_name)
     if exp is None:
@@ -166,8 +176,11 @@ def failed_reruns(info: SweepInfo, kind: str = keys.KIND_RERUN) -> list[tuple[in
     out = []
     for (recipe, seed), run in latest.items():
         if run.info.status in ("FAILED", "KILLED"):
-            out.append((int(seed) if seed.lstrip("-").isdigit() else seed, recipe, run.info.status))
-    return sorted(out, key=str)
+            out.append(FailedRerun(int(seed) if seed.lstrip("-").isdigit() else seed, recipe, run.info.status,
+                                   run.data.tags.get(keys.TAG_ERROR)))
+    # seeds in number order (a seed that is no number after them), then recipe
+    return sorted(out, key=lambda f: (isinstance(f.seed, str), f.seed if isinstance(f.seed, int) else 0,
+                                      str(f.seed), f.recipe_id))
 
 
 def killed_attempts(info: SweepInfo, since_ms: int, kind: str = keys.KIND_RERUN) -> list[int | str]:
@@ -210,19 +223,24 @@ _PARAM_KEY_OK = re.compile(r"^[\w./\- ]{1,250}$")
 
 def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None = None,
                 returned: Mapping[str, float] | None = None, error: BaseException | None = None,
-                metrics: Iterable[str] = (), tags_for=None, no_metric=None) -> dict[str, Any]:
+                metrics: Iterable[str] = (), tags_for=None, no_metric=None, disagree=None) -> dict[str, Any]:
     """End a rerun's run with the truth, whatever the job's code did to it: the params and the
     returned metrics it did not log itself, the error (FAILED) or FINISHED. Returns the outcome:
     ``{"run_id", "status", "metrics": {metric: last value or None}, "error"}``. ``tags_for``
     maps that outcome to tags set on the run before it closes (the pass/fail tags per bar).
     ``no_metric``: for a job that ended without error but with some of ``metrics`` neither logged
     nor returned, maps those metrics to the error the run is then recorded FAILED with (what the
-    job returned and what is accepted)."""
+    job returned and what is accepted). ``disagree``: for a job that ended without error, whose
+    returned value of one of ``metrics`` is not the value its run holds (the task logged another
+    one, in a run of its own MLflow resumed as the rerun's), maps ``(metric, logged, returned)``
+    to the error the run is then recorded FAILED with; neither value is chosen in silence."""
     from mlflow.entities import Metric, Param, RunTag
 
     client = store.client
     run = client.get_run(run_id)
     logged = dict(run.data.metrics)
+    disagreeing = [(m, logged[m], (returned or {})[m]) for m in metrics
+                   if m in logged and m in (returned or {}) and not _same_value(logged[m], returned[m])]
     now = int(time.time() * 1000)
     batch_metrics = [Metric(k, float(v), now, 0) for k, v in (returned or {}).items()
                      if k not in logged and _PARAM_KEY_OK.match(k)]
@@ -239,6 +257,9 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
     elif no_metric is not None and (missing := [m for m, v in outcome["metrics"].items() if v is None]):
         outcome["status"] = "FAILED"
         outcome["error"] = no_metric(missing)
+    elif disagree is not None and disagreeing:
+        outcome["status"] = "FAILED"
+        outcome["error"] = disagree(*disagreeing[0])
     tags = dict(tags_for(outcome)) if tags_for is not None else {}
     if outcome["error"]:
         tags[keys.TAG_ERROR] = outcome["error"]
@@ -261,6 +282,18 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
     write()
     return outcome
 
+
+
+def _same_value(logged: float, returned: float) -> bool:
+    """Whether a logged and a returned value are one number (a float32 value and its float64
+    copy, a NaN and a NaN, included).
+
+    >>> _same_value(0.1, 0.95), _same_value(0.8999999761581421, 0.9), _same_value(float("nan"), float("nan"))
+    (False, True, True)
+    """
+    if math.isnan(logged) or math.isnan(returned):
+        return math.isnan(logged) and math.isnan(returned)
+    return math.isclose(logged, returned, rel_tol=1e-6, abs_tol=1e-12)
 
 
 _RESUMABLE: dict[str, Any] = {"run_id": None}

@@ -17,7 +17,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from recipe_audit.store.errors import StoreGone, TrackingError
+from recipe_audit.store.errors import FileStoreRefused, StoreGone, TrackingError
 
 PREFIX = "sqlite:///"
 
@@ -326,3 +326,62 @@ def store_lock(uri: str):
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+_GUARDED: list[Path] = []  # while a job runs: its local SQLite store's file
+_FILE_STORE = "mlflow.store.tracking.file_store"
+
+
+def refuse_file_stores_beside(uri: str | None) -> None:
+    """While a job runs (``uri``: its rerun's store; None when the job has ended), an MLflow file
+    store made in the folder of that SQLite store, or inside it (``file:./mlruns`` beside the
+    default store's ``mlruns/mlflow.db``: MLflow's own hint, ``MLFLOW_ALLOW_FILE_STORE=true``,
+    leads there), is refused with one sentence: its runs would lie in the same folder as the
+    sweep's database, outside the sweep. MLflow's ``FileStore`` is wrapped once a process, when
+    its module is first imported (a wrapt post-import hook); outside a job it does what it does."""
+    _GUARDED.clear()
+    if uri is None or not is_sqlite(uri):
+        return
+    _GUARDED.append(Path(uri[len(PREFIX):]).resolve())
+    if not _HOOKED:
+        import wrapt
+
+        _HOOKED.append(True)
+        wrapt.register_post_import_hook(_guard_file_store, _FILE_STORE)
+
+
+_HOOKED: list[bool] = []
+
+
+def _guard_file_store(module) -> None:
+    import functools
+
+    cls = module.FileStore
+    own = cls.__init__
+
+    @functools.wraps(own)
+    def __init__(self, root_directory=None, *args, **kwargs):
+        if _GUARDED:
+            _refuse_in(_GUARDED[0], root_directory, module)
+        own(self, root_directory, *args, **kwargs)
+
+    cls.__init__ = __init__
+
+
+def _refuse_in(db: Path, root_directory, module) -> None:
+    """Raise :class:`FileStoreRefused` when the file store at ``root_directory`` (MLflow's
+    default root when None) is the folder of the SQLite file ``db`` or lies inside it."""
+    from mlflow.utils.file_utils import local_file_uri_to_path
+
+    default = getattr(module, "_default_root_dir", None)
+    try:
+        root = Path(local_file_uri_to_path(root_directory or (default() if default else "mlruns"))).resolve()
+    except Exception:  # noqa: BLE001 - a root MLflow cannot read: MLflow's own error follows
+        return
+    folder = db.parent
+    if root == folder or folder in root.parents:
+        raise FileStoreRefused(
+            f"An MLflow file store in {root} is refused while a rerun runs: that is the folder of the sweep's "
+            f"tracking store {db}, where its runs would lie outside the sweep; log to "
+            "the rerun's run (mlflow.start_run() and $MLFLOW_TRACKING_URI point at it) or give that store a "
+            "folder of its own.")
