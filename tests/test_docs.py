@@ -157,3 +157,87 @@ def test_the_default_sweeps_numbers_agree_across_pages():
     assert ours["recipe card: U ≤ ε and N ≥ N_min"] == f"U = {u}"
     assert f"| {u} |" in cards and f"| lower bound L | {low} |" in cards
     assert f"The mean ({ours['mean ≥ τ']})" in index and f"U = {u}" in index
+
+
+# The documented commands that write reruns into the README's experiment (`recipe_audit`, the
+# built-in trainer's default), each with why it leaves the README's card (6/59, U 0.172) as command
+# 1 printed it. Every other documented command that trains names another experiment or store.
+INTO_THE_READMES_EXPERIMENT = {
+    "python -m recipe_audit -m": "the README's command 1: the card itself",
+    "python -m recipe_audit -m 'seed=range(59)'": "command 1 spelled out: the same 59 seeds",
+    "python -m recipe_audit -m 'seed=range(59)' hydra.sweep.dir=DIR tracking.resume=true":
+        "completes command 1's sweep when it was interrupted (trains only the seeds left)",
+    "python -m recipe_audit": "the program named in a sentence, not a command to run",
+}
+# what makes a built-in trainer command write elsewhere, or nowhere
+ELSEWHERE = ("tracking.experiment_name=", "tracking.uri=", "experiment=acceptance")  # acceptance cells are no reruns
+
+
+def _documented_commands() -> list[tuple[str, str]]:
+    """Every command of the built-in trainer or an example app that the README, examples/README.md
+    and the docs show (fenced blocks and inline code, continuation lines joined; not the change
+    notes, which quote old commands): (page, command)."""
+    pages = [REPO / "README.md", REPO / "examples" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    found = []
+    for page in pages:
+        if page.name == "changes.md":
+            continue
+        text = page.read_text()
+        blocks = re.findall(r"^```.*?^```", text, flags=re.M | re.S)  # one command a line, \\ continues it
+        prose = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+        spans = [re.sub(r"\n\s*", " ", m) for m in re.findall(r"`([^`]+)`", prose)]  # inline code may wrap
+        for chunk in [re.sub(r"\\\n\s*", " ", b) for b in blocks] + spans:
+            for m in re.finditer(r"python (?:-m recipe_audit|examples/[\w/]+train\.py)(?![\w.])[^\n`|#]*", chunk):
+                found.append((str(page.relative_to(REPO)), m.group(0).strip()))
+    return found
+
+
+def test_every_walkthrough_keeps_the_readmes_card():
+    """After following the README and the guides, ``recipe-audit card --experiment-name
+    recipe_audit`` still prints the README's 6/59, U 0.172: every documented command that trains
+    either names an experiment (or store) of its own or is one of the few accounted for above; every
+    example-app command with the plugin names its own experiment (all the apps' jobs are called
+    ``train``: in one store they would share an experiment). Checked on the text, in process."""
+    import shlex
+
+    from recipe_audit.__main__ import CLI_COMMANDS  # the command words: they read, they train nothing
+
+    commands = _documented_commands()
+    assert len(commands) >= 40
+    unaccounted = []
+    for page, cmd in commands:
+        if "<" in cmd:  # a placeholder (python -m recipe_audit <name>, examples/<app>/train.py ...)
+            continue
+        args = shlex.split(cmd)
+        if args[1] == "-m" and args[2] == "recipe_audit":
+            rest = args[3:]
+            if rest and rest[0] in CLI_COMMANDS:  # python -m recipe_audit card ...: reads, trains nothing
+                continue
+            if any(a.startswith(ELSEWHERE) for a in rest) or cmd in INTO_THE_READMES_EXPERIMENT:
+                continue
+        elif "hydra/callbacks=recipe_audit" not in args:  # an example app without the plugin: MLflow's own store
+            continue
+        elif any(a.startswith("hydra.callbacks.recipe_audit.experiment_name=") for a in args):
+            continue
+        unaccounted.append(f"{page}: {cmd}")
+    assert unaccounted == [], "these documented commands write into a shared experiment:\n" + "\n".join(unaccounted)
+
+
+def test_the_experiment_overrides_the_docs_use_reach_the_callback():
+    """``tracking.experiment_name=X`` (the built-in trainer) is the experiment its sweep writes into,
+    composed as the app composes it; ``hydra.callbacks.recipe_audit.experiment_name`` is an option
+    of the callback in any app."""
+    import dataclasses
+
+    from hydra import compose, initialize_config_dir
+
+    from recipe_audit.app import config_dir
+    from recipe_audit.app.schema import RecipeAuditCallbackConfig, register_configs
+
+    register_configs()
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        default = compose("config", return_hydra_config=True)
+        named = compose("config", ["tracking.experiment_name=registry"], return_hydra_config=True)
+    assert default.hydra.callbacks.recipe_audit.experiment_name == "recipe_audit"
+    assert named.hydra.callbacks.recipe_audit.experiment_name == "registry"
+    assert "experiment_name" in {f.name for f in dataclasses.fields(RecipeAuditCallbackConfig)}
