@@ -16,6 +16,15 @@ users and permissions), writes the auth app's config (``DIR/basic_auth.ini``,
 server: nothing else is shared). A second ``start`` on the same DIR reuses the cluster and the
 data. State (pids, ports, paths) is in ``DIR/server.json``; ``stop`` stops both servers.
 
+``start`` is also the restart, and works after a crash without a ``stop``: what is left of the
+MLflow server that ``server.json`` names (its process group: uvicorn and its workers, recognised by
+their command lines, so a pid reused by another program is left alone) is stopped; a PostgreSQL of
+the cluster that still runs is kept, and a ``postmaster.pid`` left by one that died is removed. The
+server runs without MLflow's job runner (``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false``: no huey
+consumers), with one worker per CPU (2 to 8; ``--workers``), and its workers remember a checked
+password for ``--auth-cache-s`` seconds (60; basic auth hashes the password on every request
+otherwise).
+
 No secret goes on a command line (``ps -eo args`` shows every local user every process's argv) or
 into a log. PostgreSQL listens on 127.0.0.1 and asks the ``mlflow`` role for its password
 (scram-sha-256); that password lives only in ``DIR/pgpass``, PostgreSQL's own password file (mode
@@ -126,17 +135,80 @@ def _private_dir(d: Path) -> None:
         os.chmod(d, 0o700)
 
 
-def _pg_running(pgbin: Path, data: Path) -> bool:
-    """Whether the cluster in ``data`` has a server running (``pg_ctl status`` exits 0)."""
-    if not (data / "postmaster.pid").exists():
+def _cmdline(pid: int) -> str:
+    """A process's argv joined by spaces ('' when it is gone or cannot be read)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _pg_running(data: Path) -> bool:
+    """Whether the cluster in ``data`` has a server running: ``postmaster.pid`` names a live
+    PostgreSQL process. A lock file left by a PostgreSQL that died (killed, a crash, a reboot; its
+    pid perhaps reused by another program since) is removed, so the cluster can start again."""
+    lock = data / "postmaster.pid"
+    try:
+        first = lock.read_text().split("\n", 1)[0].strip()
+    except OSError:
         return False
-    cmd = [str(pgbin / "pg_ctl"), "-D", str(data), "status"]
-    if os.geteuid() == 0:
-        cmd = ["runuser", "-u", "postgres", "--", *cmd]
-    return subprocess.run(cmd, capture_output=True).returncode == 0
+    if first.isdigit() and ("postgres" in _cmdline(int(first)) or "postmaster" in _cmdline(int(first))):
+        return True
+    lock.unlink(missing_ok=True)  # a dead server's: PostgreSQL would refuse to start over a live pid
+    return False
 
 
-def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: int = 2) -> dict:
+_SERVER_WORDS = ("mlflow", "uvicorn", "gunicorn", "huey", "multiprocessing")  # the server's processes
+
+
+def _server_processes(pgid: int | None) -> list[int]:
+    """The live processes of the MLflow server started as ``pgid`` (its own process group: the
+    server, uvicorn and its worker processes), recognised by their group and their command line,
+    so a pid reused since by another program is never touched."""
+    if not pgid:
+        return []
+    out = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid = int(stat.split("/")[2])
+        argv = _cmdline(pid)
+        if len(fields) > 2 and int(fields[2]) == pgid and any(w in argv for w in _SERVER_WORDS):
+            out.append(pid)
+    return out
+
+
+def _stop_server(pgid: int | None, grace_s: float = 10.0) -> None:
+    """Stop the MLflow server of process group ``pgid`` and everything it started (SIGTERM, then
+    SIGKILL after ``grace_s``); nothing when it is gone."""
+    pids = _server_processes(pgid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while pids and time.monotonic() < deadline:
+            time.sleep(0.2)
+            pids = [p for p in pids if _cmdline(p)]
+        if not pids:
+            return
+
+
+def _default_workers() -> int:
+    """Uvicorn workers for this machine: one per CPU this process may use, 2 to 8."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 2
+    return max(2, min(8, cpus))
+
+
+def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: int | None = None,
+          auth_cache_s: int = 60) -> dict:
     d = d.resolve()
     d.mkdir(parents=True, exist_ok=True)
     _private_dir(d)
@@ -162,9 +234,14 @@ def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: in
                           capture_output=True).returncode != 0:
             raise SystemExit(f"tracking_server: PostgreSQL runs as the postgres user, which cannot reach {pg_dir} "
                              "(a folder above it is closed to other users); give a --dir it can reach, e.g. under /srv.")
-    if _pg_running(pgbin, data):
-        raise SystemExit(f"tracking_server: the PostgreSQL server of {d} is still running; stop it first "
-                         f"(python launchers/tracking_server.py stop --dir {d}).")
+    # a restart, or a start after a crash: the MLflow server recorded in server.json (alive or not,
+    # its workers perhaps still holding the port) is stopped; a PostgreSQL of this cluster that still
+    # runs is kept (on its port), a dead one's lock file removed
+    _stop_server(state.get("pid"))
+    pg_up = _pg_running(data)
+    if pg_up and state.get("pg_port") and state["pg_port"] != pg_port:
+        pg_port = int(state["pg_port"])  # the running cluster listens where it was started
+        _write_pgpass(pgpass, pg_port, db_pw)
     if not (data / "PG_VERSION").exists():
         pwfile = pg_dir / "pw"
         _write_private(pwfile, db_pw)
@@ -174,8 +251,9 @@ def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: in
                 "--auth-host=scram-sha-256", "--auth-local=peer", "-E", "UTF8", "--no-instructions"])
         pwfile.unlink()
         _as_pg(["mkdir", "-p", str(sock)])
-    _as_pg([str(pgbin / "pg_ctl"), "-D", str(data), "-l", str(pg_dir / "postgres.log"), "-w", "-t", "60",
-            "-o", f"-c listen_addresses=127.0.0.1 -p {pg_port} -k {sock}", "start"])
+    if not pg_up:
+        _as_pg([str(pgbin / "pg_ctl"), "-D", str(data), "-l", str(pg_dir / "postgres.log"), "-w", "-t", "60",
+                "-o", f"-c listen_addresses=127.0.0.1 -p {pg_port} -k {sock}", "start"])
     import psycopg2  # pip install 'recipe_audit[server]'
 
     # through the password file, as the server will: a file libpq ignores fails here, not in the server
@@ -194,19 +272,25 @@ def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: in
                    "[mlflow]\ndefault_permission = READ\n"
                    f"database_uri = postgresql+psycopg2://{PG_USER}@127.0.0.1:{pg_port}/mlflow_auth\n"
                    "admin_username = admin\n"
-                   "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+                   "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+                   # a checked password is remembered this long per worker (its hash costs tens of
+                   # milliseconds of CPU on every request otherwise); 0: checked on every request
+                   f"auth_cache_ttl_seconds = {int(auth_cache_s)}\n")
     (d / "artifacts").mkdir(mode=0o700, exist_ok=True)
     os.chmod(d / "artifacts", 0o700)  # only through the server, whose auth decides who reads what
     secret = state.get("flask_secret") or secrets.token_urlsafe(32)  # CSRF key of the auth app's forms
     env = {**os.environ, "MLFLOW_AUTH_CONFIG_PATH": str(d / "basic_auth.ini"), "MLFLOW_AUTH_ADMIN_PASSWORD": admin_pw,
            "MLFLOW_FLASK_SERVER_SECRET_KEY": os.environ.get("MLFLOW_FLASK_SERVER_SECRET_KEY", secret),
-           "PGPASSFILE": str(pgpass)}
+           "PGPASSFILE": str(pgpass),
+           # no job runner and no huey consumers (MLflow's GenAI jobs): a tracking server for sweeps
+           # never runs one, and they took seven processes on the same cores
+           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     env.pop("MLFLOW_TRACKING_URI", None)
     log = os.fdopen(os.open(d / "mlflow_server.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
                              "--artifacts-destination", str(d / "artifacts"), "--serve-artifacts",
                              "--app-name", "basic-auth", "--host", host, "--port", str(port),
-                             "--workers", str(workers)],
+                             "--workers", str(workers or _default_workers())],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=d,
                             umask=0o077)  # artifacts and files it writes: 0600 in 0700 folders
     state = {"pid": proc.pid, "port": port, "pg_port": pg_port, "pg_dir": str(pg_dir), "pg_bin": str(pgbin),
@@ -225,18 +309,9 @@ def stop(d: Path) -> None:
     if not state_file.exists():
         return
     state = json.loads(state_file.read_text())
-    pid = state.get("pid")
-    if pid:
-        try:
-            os.killpg(pid, signal.SIGTERM)  # the server and its workers (its own session)
-            for _ in range(40):
-                os.kill(pid, 0)
-                time.sleep(0.25)
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    _stop_server(state.get("pid"))  # the server and its workers (its own process group)
     data = Path(state["pg_dir"]) / "data"
-    if (data / "postmaster.pid").exists():
+    if _pg_running(data):
         _as_pg([str(Path(state["pg_bin"]) / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"])
     state["pid"] = None
     _write_private(state_file, json.dumps(state))
@@ -249,11 +324,14 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=5000)
     ap.add_argument("--pg-port", type=int, default=5433)
     ap.add_argument("--host", default="127.0.0.1", help="address the MLflow server listens on")
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=None,
+                    help="the server's worker processes (default: one per CPU, 2 to 8)")
+    ap.add_argument("--auth-cache-s", type=int, default=60,
+                    help="seconds a worker remembers a checked password (0: checked on every request)")
     a = ap.parse_args(argv)
     try:
         if a.action == "start":
-            state = start(a.dir, a.port, a.pg_port, a.host, a.workers)
+            state = start(a.dir, a.port, a.pg_port, a.host, a.workers, a.auth_cache_s)
             print(mask_credentials(state["uri"]))
         else:
             stop(a.dir)

@@ -13,6 +13,11 @@ KIND_SWEEP = "sweep"  # parent run of one multirun
 KIND_RERUN = "rerun"  # one seed of one recipe
 KIND_CARD = "card"  # one card computation
 KIND_ACCEPTANCE_CELL = "acceptance_cell"  # one defense cell x seed of experiment=acceptance
+# a second copy of a run that a retried request to a tracking server created; closed at once and
+# counted by no reader (recipe_audit/store/retrying.py)
+KIND_DUPLICATE = "duplicate_create"
+TAG_CREATE_TOKEN = PREFIX + "create_token"  # on a run created on a server: the random token that finds it again
+TAG_DUPLICATE_OF = PREFIX + "duplicate_of"  # on a KIND_DUPLICATE run: the run it is a copy of
 
 TAG_RECIPE_ID = PREFIX + "recipe_id"  # stable hash of the config without seed/audit/tracking
 TAG_RECIPE_NAME = PREFIX + "recipe"  # the recipe config-group choice, for people

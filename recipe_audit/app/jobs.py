@@ -85,7 +85,7 @@ def open_job(place: JobPlace, new, *, label: str, params: dict[str, str], raw_co
     from recipe_audit.store import rerun_runs, sqlite, sweeps, tracking
 
     placed = job_env.job_devices(place.sweep_dir)  # CUDA_VISIBLE_DEVICES, before the task runs
-    store = tracking.open_store(place.uri, place.experiment)
+    store = tracking.open_store(place.uri, place.experiment, wait_for_server=place.multirun)
     sqlite.check_store_file(store.uri)
     sweep = sweeps.current_sweep(Path(place.sweep_dir)) if place.multirun else None
     if sweep is not None and not parent_checked:

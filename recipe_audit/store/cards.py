@@ -102,9 +102,9 @@ def card_description(markdown: str, html_name: str = "card.html") -> str:
 def card_experiment(tracking_uri: str, experiment: str):
     """An ``MlflowClient`` of ``tracking_uri`` and the id of ``experiment``, where card runs are
     logged; ``CardError`` when there is no such experiment."""
-    from mlflow.tracking import MlflowClient
+    from recipe_audit.store.tracking import client_for
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = client_for(tracking_uri)  # a server's: waits out a restart, writes a retry cannot double
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise CardError(f"No experiment named '{experiment}' to log the card in.")

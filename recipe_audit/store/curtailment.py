@@ -19,9 +19,9 @@ _MAX_TAG = 7900  # MLflow refuses tag values above 8,000 characters
 
 def publish(tracking_uri: str, parent_run_id: str, record_json: str, summary: str) -> None:
     """Put the record (JSON text) and its one-line summary on the sweep's parent run."""
-    from mlflow.tracking import MlflowClient
+    from recipe_audit.store.tracking import client_for
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = client_for(tracking_uri)
     value = record_json
     if len(record_json) > _MAX_TAG:
         client.log_text(parent_run_id, record_json, RECORD_FILE)

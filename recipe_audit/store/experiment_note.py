@@ -26,11 +26,10 @@ def publish_experiment_note(tracking_uri: str, experiment: str, entries: Iterabl
     """Put the verdicts of ``entries`` (a card's JSON ``cells``) first in the block on
     ``experiment``'s description, with the latest cards logged before them (one per recipe,
     metric and τ); returns the description written, or None when the experiment is not there."""
-    from mlflow.tracking import MlflowClient
-
     from recipe_audit.store.cards import ui_experiment_path
+    from recipe_audit.store.tracking import client_for
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = client_for(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return None

@@ -71,6 +71,17 @@ def _search_all(client, experiment_id: str) -> list[Any]:
             return runs
 
 
+def _copy_of_a_run(run, by_id: dict[str, Any]) -> bool:
+    """Whether ``run`` is a second copy of another run that a retried request created
+    (``recipe_audit/store/retrying.py``): tagged so, naming a run of the experiment created with the
+    same token, and holding nothing (no param, no metric). A rerun retagged as a copy still counts."""
+    tags = run.data.tags
+    of = by_id.get(tags.get(keys.TAG_DUPLICATE_OF, ""))
+    token = tags.get(keys.TAG_CREATE_TOKEN)
+    return (tags.get(keys.TAG_KIND) == keys.KIND_DUPLICATE and of is not None and token is not None
+            and of.data.tags.get(keys.TAG_CREATE_TOKEN) == token and not run.data.params and not run.data.metrics)
+
+
 def _planned(value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
@@ -100,7 +111,8 @@ def read_history(tracking_uri: str, experiment: str, metric: str, *, seed_key: s
     # acceptance cell's (a rerun retagged as something else still counts)
     reruns = [r for r in runs if kind_of[r.info.run_id] == keys.KIND_RERUN
               or (keys.TAG_SEED in r.data.tags and kind_of[r.info.run_id] not in (keys.KIND_SWEEP,
-                                                                                  keys.KIND_ACCEPTANCE_CELL))]
+                                                                                  keys.KIND_ACCEPTANCE_CELL)
+                  and not _copy_of_a_run(r, by_id))]
     if not reruns:  # runs logged by the user's own code: those without a kind that are nobody's parent
         parents = {r.data.tags.get(keys.TAG_PARENT) for r in runs}
         reruns = [r for r in runs if kind_of[r.info.run_id] is None and r.info.run_id not in parents]

@@ -55,9 +55,30 @@ def _default_artifact_location(uri: str) -> str | None:
     return None
 
 
-def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
+def check_reachable(uri: str, timeout_s: float = 5.0, wait_s: float = 0.0) -> None:
     """Fail fast, with one sentence, when an ``http(s)://`` tracking server does not answer
-    (MLflow's own client would retry for minutes) or a SQLite store cannot be written."""
+    (MLflow's own client would retry for minutes) or a SQLite store cannot be written. ``wait_s``:
+    a server that does not answer is asked again every 2 s for that long first (a job of a sweep
+    in progress waits out a restart of its server), saying so."""
+    if wait_s > 0 and uri.startswith(("http://", "https://")):
+        from recipe_audit.store.uris import mask_credentials
+
+        deadline, said = time.monotonic() + wait_s, False
+        while True:
+            try:
+                check_reachable(uri, timeout_s)
+                if said:
+                    logging.getLogger("recipe_audit").warning("recipe_audit: the tracking server %s answers again",
+                                                              mask_credentials(uri))
+                return
+            except TrackingError as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                if not said:
+                    said = True
+                    logging.getLogger("recipe_audit").warning("recipe_audit: %s Waiting for it, up to %.0f s",
+                                                              exc, wait_s)
+                time.sleep(2.0)
     if uri.startswith(("http://", "https://")):
         from recipe_audit.store.uris import mask_in_text, without_credentials
 
@@ -99,12 +120,22 @@ _CLIENTS: dict[str, Any] = {}
 
 
 def client_for(uri: str):
-    """The process's ``MlflowClient`` for the store at ``uri`` (made once)."""
+    """The process's ``MlflowClient`` for the store at ``uri`` (made once). For a server
+    (``http(s)://``), one whose calls wait out a restart and whose writes a retry cannot double
+    (:class:`recipe_audit.store.retrying.RetryingClient`)."""
+    from mlflow.tracking import MlflowClient
+
+    if not uri:  # MLflow's own default, whatever it is at the time: not kept
+        return MlflowClient()
     client = _CLIENTS.get(uri)
     if client is None:
-        from mlflow.tracking import MlflowClient
+        client = MlflowClient(tracking_uri=uri)
+        if str(uri).startswith(("http://", "https://")):
+            from recipe_audit.store.retrying import RetryingClient
+            from recipe_audit.store.uris import mask_credentials
 
-        client = _CLIENTS[uri] = MlflowClient(tracking_uri=uri)
+            client = RetryingClient(client, mask_credentials(uri))
+        _CLIENTS[uri] = client
     return client
 
 
@@ -121,9 +152,11 @@ def bound_http_retries() -> None:
         os.environ.setdefault(k, v)
 
 
-def open_store(uri: str | None, experiment_name: str) -> Store:
+def open_store(uri: str | None, experiment_name: str, wait_for_server: bool = False) -> Store:
     """Resolve the URI, check it, and get or create the experiment (cached per process). For a
-    server, MLflow's HTTP retries are bounded first (:func:`bound_http_retries`)."""
+    server, MLflow's HTTP retries are bounded first (:func:`bound_http_retries`); a server that
+    does not answer is an error at once, or, with ``wait_for_server`` (a job of a sweep in
+    progress), once it has not answered for :func:`recipe_audit.store.retrying.wait_budget` seconds."""
     uri = resolve_tracking_uri(uri)
     if uri.startswith(("http://", "https://")):
         bound_http_retries()
@@ -131,7 +164,18 @@ def open_store(uri: str | None, experiment_name: str) -> Store:
     key = (uri, experiment_name)
     if key in _STORES:
         return _STORES[key]
-    check_reachable(uri)
+    # a loaded server may take seconds to answer /health (eight sweeps starting at once): as
+    # long as MLflow's own requests may take
+    try:
+        health_s = float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT") or 15)
+    except ValueError:
+        health_s = 15.0
+    if wait_for_server:
+        from recipe_audit.store.retrying import wait_budget
+
+        check_reachable(uri, timeout_s=health_s, wait_s=wait_budget())
+    else:
+        check_reachable(uri, timeout_s=health_s)
     from mlflow.exceptions import MlflowException
 
     try:
@@ -173,13 +217,20 @@ def _first_look(uri: str, experiment_name: str):
     """The experiment, created when missing (MLflow's tables created or migrated on the way)."""
     if sqlite.is_sqlite(uri):
         sqlite.create_store(uri)
+    from mlflow.exceptions import MlflowException
+
     client = client_for(uri)
     exp = client.get_experiment_by_name(experiment_name)
     if exp is None:
-        # MLflow 3's UI opens an experiment of this kind on its runs table ("Model
-        # training"), not on the GenAI overview (traces, an assistant)
-        client.create_experiment(experiment_name, artifact_location=_default_artifact_location(uri),
-                                 tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        try:
+            # MLflow 3's UI opens an experiment of this kind on its runs table ("Model
+            # training"), not on the GenAI overview (traces, an assistant)
+            client.create_experiment(experiment_name, artifact_location=_default_artifact_location(uri),
+                                     tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        except MlflowException as exc:
+            # another sweep created it meanwhile, or a retried request did: it exists, as wanted
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
         exp = client.get_experiment_by_name(experiment_name)
     sqlite.write_ahead_log(uri)
     if sqlite.is_sqlite(uri):
