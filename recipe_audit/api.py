@@ -344,12 +344,15 @@ def _uri(tracking_uri: str | None) -> str:
 
 def attach(model_name: str, card: Card | dict[str, Any] | str | Path, *, version: str | int | None = None,
            run_id: str | None = None, tracking_uri: str | None = None, audits: Sequence[str] = (),
-           taus: Sequence[float] = (), recipe_id: str | None = None, set_alias: str | None = None) -> AttachResult:
+           taus: Sequence[float] = (), recipe_id: str | None = None, set_alias: str | None = None,
+           signing_key: str | None = None) -> AttachResult:
     """Attach ``card`` (a :class:`Card`, a card document, or a path or artifact URI of
     ``card.json``) to version ``version`` of registered model ``model_name``, or register the model
     rerun ``run_id`` logged as a new version first (``recipe-audit attach``). The card must verify
     against the tracking store; ``audits``, ``taus`` and ``recipe_id`` narrow the cells attached.
+    ``signing_key`` (a PEM file; else ``$RECIPE_AUDIT_SIGNING_KEY``): sign what is attached.
     Returns what was attached (``.version``, ``.cards``, ``.card_run_ids``)."""
+    from recipe_audit.cards.signing import SigningKey
     from recipe_audit.release.registry import attach as _attach
 
     uri = _uri(tracking_uri)
@@ -361,27 +364,35 @@ def attach(model_name: str, card: Card | dict[str, Any] | str | Path, *, version
         doc = files.doc
     else:
         doc = card.doc if isinstance(card, Card) else card
+    signer = SigningKey.load(signing_key) if signing_key else SigningKey.from_environment()
     return _attach(uri, model_name, doc, version=None if version is None else str(version), run_id=run_id,
-                   audits=list(audits), taus=list(taus), recipe_id=recipe_id, set_alias=set_alias, card=files)
+                   audits=list(audits), taus=list(taus), recipe_id=recipe_id, set_alias=set_alias, card=files,
+                   signer=signer)
 
 
 def gate(model_name: str, *, version: str | int | None = None, alias: str | None = None,
          audit: str | None = None, tau: float | None = None, max_eps: float | None = None,
          max_delta: float | None = None, metric: str | None = None, higher_is_better: bool | None = None,
          family: Sequence[str] | None = None, pointwise: bool | None = None, experiment: str | None = None,
-         policy: str | None = None, tracking_uri: str | None = None) -> GateResult:
+         policy: str | None = None, tracking_uri: str | None = None, trusted_key: str | None = None) -> GateResult:
     """The release gate (``recipe-audit gate``), under the gate's own policy: the bar ``tau`` and
     the ``audit`` set (or ``metric``) are required (here or in the ``policy`` file), ε ≤
     ``max_eps`` and δ ≤ ``max_delta`` (default 0.1 each), ``higher_is_better`` (default True),
     the ``family`` (default: every recipe identity of the experiment). ``.passed`` is True only
     when the gate's recomputation over every rerun of the version's recipe in the store is
     ``release-supported`` and the attached card covers exactly those reruns and verifies.
-    ``.outcome`` and ``.message`` say why not; ``.evidence`` what was recomputed."""
-    from recipe_audit.release.evidence import load_policy_file, make_policy
+    ``.outcome`` and ``.message`` say why not; ``.evidence`` what was recomputed. ``trusted_key``
+    (else the ``policy`` file's ``trusted_key``): the public key (PEM file) whose signature the
+    card must carry, over its files and the reruns the store holds now."""
+    from recipe_audit.cards.signing import TrustedKey
+    from recipe_audit.release.evidence import load_policy_file, make_policy, policy_trusted_key
     from recipe_audit.release.gate import gate as _gate
 
     flags = {"tau": tau, "audit": audit, "metric": metric, "higher_is_better": higher_is_better, "max_eps": max_eps,
              "max_delta": max_delta, "family": None if family is None else list(family), "pointwise": pointwise,
              "experiment": experiment}
-    pol = make_policy(flags, load_policy_file(policy) if policy else None, file_name=f"policy file {policy}")
-    return _gate(_uri(tracking_uri), model_name, pol, version=None if version is None else str(version), alias=alias)
+    file = load_policy_file(policy) if policy else None
+    pol = make_policy(flags, file, file_name=f"policy file {policy}")
+    key = trusted_key or policy_trusted_key(file, policy)
+    return _gate(_uri(tracking_uri), model_name, pol, version=None if version is None else str(version), alias=alias,
+                 trusted=TrustedKey.load(key) if key else None)

@@ -94,7 +94,7 @@ class RecipeAuditCallback(Callback):
                  identity_exclude: Sequence[str] = (), experiment_name: str | None = None,
                  tracking_uri: str | None = None, unfinished: str = "fail", resume: bool = False,
                  card_on_multirun_end: bool = True, threads: Any = None, devices: Any = "auto",
-                 reruns_per_gpu: Any = 1, _target_: str | None = None) -> None:
+                 reruns_per_gpu: Any = 1, signing_key: str | None = None, _target_: str | None = None) -> None:
         metrics = [metric] if isinstance(metric, str) else list(metric or [])
         self.metrics = [str(m) for m in metrics]
         self.higher_is_better = bool(higher_is_better)
@@ -109,6 +109,8 @@ class RecipeAuditCallback(Callback):
         self.card_on_multirun_end = bool(card_on_multirun_end)
         self.threads = threads  # None: the app's own business; "auto" or a number: see job_env.SweepEnv
         self.devices, self.reruns_per_gpu = devices, reruns_per_gpu  # GPUs per rerun: see job_env.SweepEnv
+        self.signing_key = signing_key
+        self._signer = None  # the key the cards are signed with (loaded by _check, when the sweep starts)
         self._env = SweepEnv()  # what the sweep hands its jobs through the environment
         self.sweep = None
         self._job: jobs.Job | None = None
@@ -139,6 +141,21 @@ class RecipeAuditCallback(Callback):
         except CardError as exc:
             raise CallbackOptionError(str(exc)) from None
 
+    def signer(self, config: DictConfig | None = None):
+        """The key the sweep's cards are signed with (:class:`recipe_audit.cards.signing.SigningKey`):
+        the ``signing_key`` option's file, else ``$RECIPE_AUDIT_SIGNING_KEY``; None: unsigned."""
+        from recipe_audit.cards.signing import SigningError, SigningKey
+
+        value = str(self.signing_key or "").strip()
+        try:
+            if value.startswith("-----BEGIN"):
+                raise SigningError(f"{option_name(config, 'signing_key')} holds a key itself, which Hydra writes to "
+                                   f"the sweep's folder in clear: give the path of its file, or put the key in "
+                                   f"$RECIPE_AUDIT_SIGNING_KEY.")
+            return SigningKey.load(value) if value else SigningKey.from_environment()
+        except SigningError as exc:
+            raise CallbackOptionError(str(exc)) from None
+
     def _store_names(self, config: DictConfig) -> tuple[str, str]:
         from recipe_audit.store import tracking
 
@@ -149,6 +166,7 @@ class RecipeAuditCallback(Callback):
     def _check(self, config: DictConfig) -> None:
         """Everything that would make every job or the card fail, before any job runs."""
         self.card_options(config)
+        self._signer = self.signer(config)
         if OmegaConf.select(config, self.seed_key, throw_on_missing=False) is None and not sweep_plan.seed_override(
                 config, self.seed_key):
             keys = ", ".join(sorted(str(k) for k in config if k != "hydra")[:20]) or "none"
@@ -300,7 +318,8 @@ class RecipeAuditCallback(Callback):
                   else None, launched_ms=getattr(self, "_launched_ms", 0))
 
     def _cards(self, sweep, config: DictConfig) -> None:
-        recipe_cards(sweep, self.metrics, self.card_options(config), Path(str(config.hydra.sweep.dir)), self.run_kind)
+        recipe_cards(sweep, self.metrics, self.card_options(config), Path(str(config.hydra.sweep.dir)), self.run_kind,
+                     signer=self._signer)
 
     # -- every job, in the job's own process --------------------------------------------------------
 

@@ -60,6 +60,10 @@ class RecipeAuditCallbackConfig:
     devices: Any = "auto"
     # reruns that share one GPU (small models): k to a GPU; 1 gives each rerun GPUs of its own
     reruns_per_gpu: int = 1
+    # sign the sweep's cards (recipe_audit/cards/signing.py): the path of an elliptic-curve private
+    # key's PEM file; default: $RECIPE_AUDIT_SIGNING_KEY (a path, or the PEM itself: a CI secret),
+    # else the cards are not signed. Never the key itself here: Hydra writes this config to disk
+    signing_key: str | None = None
 
 
 def register() -> None:

@@ -116,10 +116,11 @@ def abandon_sweep(sweep, kind: JobsKind, joblib: bool) -> None:
         pass
 
 
-def recipe_cards(sweep, metrics, opts, sweep_dir, run_kind: str) -> None:
+def recipe_cards(sweep, metrics, opts, sweep_dir, run_kind: str, signer=None) -> None:
     """The recipe card of each metric, from the tracking store: written to ``<sweep dir>/card/``
     (``card-<metric>`` for several metrics), logged as card runs under the sweep's parent, the
-    verdict on the parent's row and first on the experiment's page."""
+    verdict on the parent's row and first on the experiment's page; signed with ``signer`` (a
+    :class:`recipe_audit.cards.signing.SigningKey`) when there is one."""
     from recipe_audit.cards.model import CardError
     from recipe_audit.cards.summary import summary_markdown
     from recipe_audit.release.sweep import cards_for_sweep, publish_cards
@@ -130,7 +131,7 @@ def recipe_cards(sweep, metrics, opts, sweep_dir, run_kind: str) -> None:
         stem = "card" if len(metrics) == 1 else "card-" + "".join(
             c if c.isalnum() or c in "-_." else "_" for c in metric)
         try:
-            docs.append(cards_for_sweep(sweep, metric, opts, sweep_dir, stem=stem))
+            docs.append(cards_for_sweep(sweep, metric, opts, sweep_dir, stem=stem, signer=signer))
         except CardError as exc:
             stop(f"no card for metric '{metric}' of sweep {sweep.sweep_id}: "
                  f"{nothing_logged(sweep, metric, run_kind) or exc}")

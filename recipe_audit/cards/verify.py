@@ -104,6 +104,17 @@ class CardFiles:
     # the bytes of the listed files found beside the card: the Markdown and the page are rendered
     # again from the JSON and compared with them (:func:`self_check`)
     contents: dict[str, bytes] = field(default_factory=dict, repr=False)
+    # the card JSON's own name and bytes as read, and the signature bundle found beside it (None:
+    # none), for a check of the card's signature (:mod:`recipe_audit.cards.signing`)
+    name: str = "card.json"
+    raw: bytes = field(default=b"", repr=False)
+    signature: bytes | None = field(default=None, repr=False)
+
+    def signed_files(self) -> dict[str, bytes]:
+        """The files a signature of this card covers, as read: its JSON and each file its
+        manifest lists that was found beside it."""
+        listed = self.doc.get("artifacts") or {}
+        return {self.name: self.raw, **{n: b for n, b in self.contents.items() if n in listed}}
 
 
 # ------------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ for CI, and checking a card against the tracking store.
     recipe-audit gate --model-name sentiment-clf --alias candidate --audit calibration --tau 0.7
     recipe-audit gate --model-name sentiment-clf --alias candidate --policy release_policy.yaml
     recipe-audit verify card.json
+    RECIPE_AUDIT_SIGNING_KEY=ci_signing_key.pem recipe-audit attach --model-name sentiment-clf --run-id RUN --card ...
+    recipe-audit gate --model-name sentiment-clf --alias candidate --policy release_policy.yaml --trusted-key card_signing.pub
 
 Exit status: 0 attached / gate passed / card verifies; 1 the gate refuses or the card does not
 verify (the reason on stderr, one sentence); 2 bad input (unknown model, version, alias or run, a
@@ -57,6 +59,10 @@ def register(subparsers) -> dict:
                    help="attach only the cells at this τ")
     a.add_argument("--recipe-id", default=None, help="the card's recipe to attach (default: the version's own)")
     a.add_argument("--set-alias", default=None, metavar="ALIAS", help="then point this alias at the version")
+    a.add_argument("--signing-key", default=None, metavar="PEM_FILE",
+                   help="sign the attached card with this elliptic-curve private key (OpenSSF model-signing "
+                        "format, card.sig beside the card); default: $RECIPE_AUDIT_SIGNING_KEY (a path or the PEM "
+                        "itself), else unsigned")
     a.add_argument("--json", action="store_true", help="print one JSON object")
     _uri_option(a)
 
@@ -92,11 +98,18 @@ def register(subparsers) -> dict:
     g.add_argument("--experiment", default=None,
                    help="the experiment the reruns must be in (default: that of the version's source run)")
     g.add_argument("--seed-key", default=None, help="where the seed is (default tags.recipe_audit.seed)")
+    g.add_argument("--trusted-key", default=None, metavar="PUB_FILE",
+                   help="pass only a card signed by this public key (PEM, kept with the code), over its files and "
+                        "over the reruns the store holds now; default: --policy's trusted_key (a path relative to "
+                        "the policy file), else signatures are not read")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     _uri_option(g)
 
     v = subparsers.add_parser("verify", help="recompute a card from the tracking store and compare")
     v.add_argument("card", metavar="PATH_OR_URI")
+    v.add_argument("--trusted-key", default=None, metavar="PUB_FILE",
+                   help="the card must also be signed by this public key (PEM), over its files and the reruns the "
+                        "store holds now")
     v.add_argument("--json", action="store_true", help="print one JSON object")
     _uri_option(v, help="the tracking store to recompute the card from (default: the one the card names as its "
                         "source); a runs:/ card is read from this store, else from $MLFLOW_TRACKING_URI, else "
@@ -108,10 +121,11 @@ def cmd_attach(a: argparse.Namespace) -> int:
     from recipe_audit.release.registry import attach
     from recipe_audit.store.card_files import read_card
 
+    signer = _signer(a.signing_key)
     uri = _open(a.tracking_uri)
     card = read_card(a.card, uri)
     res = attach(uri, a.model_name, card.doc, version=a.version, run_id=a.run_id, audits=a.audit, taus=a.tau,
-                 recipe_id=a.recipe_id, set_alias=a.set_alias, card=card)
+                 recipe_id=a.recipe_id, set_alias=a.set_alias, card=card, signer=signer)
     if a.json:
         print(json.dumps(res.to_dict()))
         return 0
@@ -126,15 +140,31 @@ def cmd_attach(a: argparse.Namespace) -> int:
               f"({c['n_failures'] or '—'}/{c['n_reruns']}, U = {u}{fam}) -> {c['card_uri']}")
     from recipe_audit.release.sweep import print_store
 
+    if signer is not None:
+        print(f"Signed with key sha256:{signer.fingerprint[:16]} ({signer.name}): card.sig beside each card.")
     print_store(uri)
     return 0
 
 
-def gate_policy(a: argparse.Namespace):
-    """The gate's policy: its options over its policy file (``RegistryError`` for a bad one)."""
+def _signer(path: str | None):
+    """The key ``attach`` signs with: ``--signing-key``'s file, else ``$RECIPE_AUDIT_SIGNING_KEY``."""
+    from recipe_audit.cards.signing import SigningKey
+
+    return SigningKey.load(path) if path else SigningKey.from_environment()
+
+
+def _trusted(path: str | None):
+    from recipe_audit.cards.signing import TrustedKey
+
+    return TrustedKey.load(path) if path else None
+
+
+def gate_policy(a: argparse.Namespace, file=None):
+    """The gate's policy: its options over its policy file (``file``: read already; else read
+    here; ``RegistryError`` for a bad one)."""
     from recipe_audit.release.evidence import load_policy_file, make_policy
 
-    file = load_policy_file(a.policy) if a.policy else None
+    file = file if file is not None else load_policy_file(a.policy) if a.policy else None
     flags = {"tau": a.tau, "audit": a.audit, "metric": a.metric, "higher_is_better": a.higher_is_better,
              "max_eps": a.max_eps, "max_delta": a.max_delta, "family": a.family, "pointwise": a.pointwise,
              "experiment": a.experiment, "seed_key": a.seed_key}
@@ -146,9 +176,13 @@ def cmd_gate(a: argparse.Namespace) -> int:
 
     if a.audit is not None and not a.audit.strip():
         raise ValueError("--audit must name an audit set (e.g. calibration).")
-    policy = gate_policy(a)
+    from recipe_audit.release.evidence import load_policy_file, policy_trusted_key
+
+    file = load_policy_file(a.policy) if a.policy else None
+    policy = gate_policy(a, file)
+    trusted = _trusted(a.trusted_key or policy_trusted_key(file, a.policy))  # the option wins over the file
     uri = _open(a.tracking_uri)
-    res = gate(uri, a.model_name, policy, version=a.version, alias=a.alias)
+    res = gate(uri, a.model_name, policy, version=a.version, alias=a.alias, trusted=trusted)
     if a.json:
         print(json.dumps(res.to_dict()))
     if res.passed:
@@ -164,8 +198,10 @@ def cmd_verify(a: argparse.Namespace) -> int:
     from recipe_audit.store.card_files import read_card
     from recipe_audit.store.tracking import resolve_tracking_uri
 
+    trusted = _trusted(a.trusted_key)
     card = read_card(a.card, resolve_tracking_uri(a.tracking_uri))
-    res = verify_card(card.doc, a.tracking_uri and resolve_tracking_uri(a.tracking_uri), card)  # default: the store the card names (its source)
+    res = verify_card(card.doc, a.tracking_uri and resolve_tracking_uri(a.tracking_uri), card,  # default: the store the card names (its source)
+                      trusted=trusted)
     if a.json:
         print(json.dumps(res.to_dict()))
     elif res.ok:

@@ -47,6 +47,9 @@ from recipe_audit.store.registry import RegistryError
 
 DEFAULT_MAX_EPS = 0.10
 DEFAULT_MAX_DELTA = 0.10
+# a policy file may also name the public key the gate trusts (``trusted_key``: a PEM file, a path
+# relative to the policy file's folder; :func:`policy_trusted_key`): not a value of GatePolicy
+FILE_KEYS_EXTRA = ("trusted_key",)
 POLICY_KEYS = ("tau", "audit", "metric", "higher_is_better", "max_eps", "max_delta", "family", "pointwise",
                "experiment", "seed_key")
 
@@ -92,6 +95,7 @@ def load_policy_file(path: str | Path) -> dict[str, Any]:
         max_delta: 0.1
         # family: [3f2a..., 9b1c...]   # default: every recipe identity in the experiment
         # experiment: sentiment-release
+        # trusted_key: card_signing.pub   # pass only cards signed by this key (next to this file)
 
     Read bounded (:func:`recipe_audit.files.read_small_text`: a regular file of at most 1 MiB of
     UTF-8; a device, a named pipe or a directory is refused at once). ``RegistryError`` (one
@@ -113,11 +117,25 @@ def load_policy_file(path: str | Path) -> dict[str, Any]:
         raise RegistryError(f"The release policy {path} is nested too deeply to be a policy.") from None
     if not isinstance(data, dict):
         raise RegistryError(f"The release policy {path} must be a mapping of {', '.join(POLICY_KEYS)}.")
-    unknown = sorted(str(k) for k in data if k not in POLICY_KEYS)
+    unknown = sorted(str(k) for k in data if k not in POLICY_KEYS + FILE_KEYS_EXTRA)
     if unknown:
         raise RegistryError(f"The release policy {path} has unknown key(s) {', '.join(unknown)[:300]} "
-                            f"(known: {', '.join(POLICY_KEYS)}).")
+                            f"(known: {', '.join(POLICY_KEYS + FILE_KEYS_EXTRA)}).")
     return data
+
+
+def policy_trusted_key(file: Mapping[str, Any] | None, path: str | Path | None) -> str | None:
+    """The public key a policy ``file`` (read from ``path``) names as trusted (``trusted_key``),
+    as a path: relative to the policy file's folder unless absolute; None when it names none.
+    ``RegistryError`` (one sentence) when the value is not a path."""
+    value = (file or {}).get("trusted_key")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise RegistryError(f"The release policy's trusted_key (policy file {path}) must be the path of a public key "
+                            f"file, not {value!r}.")
+    key = Path(value.strip()).expanduser()
+    return str(key if key.is_absolute() or path is None else Path(path).parent / key)
 
 
 def _option(option: str, value: Any, name: str) -> Any:
@@ -411,4 +429,5 @@ def refusal_outcome(verdict: str) -> str:
 
 
 __all__ = ["DEFAULT_MAX_DELTA", "DEFAULT_MAX_EPS", "Evidence", "GatePolicy", "card_policy_mismatch",
-           "coverage_mismatch", "gate_verdict", "load_policy_file", "make_policy", "recompute", "refusal_outcome"]
+           "coverage_mismatch", "gate_verdict", "load_policy_file", "make_policy", "policy_trusted_key", "recompute",
+           "refusal_outcome"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recipe_audit import keys, stats
+from recipe_audit.cards import signing
 from recipe_audit.cards.family import own_reading
 from recipe_audit.store.registry import ModelRegistry
 
@@ -23,6 +24,8 @@ LOOSER_THAN_POLICY = "looser-than-policy"
 POLICY_MISMATCH = "not-the-policy"  # a card made for another τ, metric, direction, seed key or experiment
 HISTORY = "store-history"  # the store's history refuses: a rewritten result, another direction, no rerun
 PARTIAL = "card-does-not-cover"  # the card covers fewer reruns (or another family) than the store holds
+# with a trusted key, the signature's outcomes (recipe_audit.cards.signing): unsigned, signed-by-another-key,
+# signature-does-not-verify, card-changed-since-signed, reruns-changed-since-signed
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ def _card_uris(tags: dict[str, str], stem: str) -> list[str]:
 
 
 def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = None,
-         alias: str | None = None) -> GateResult:
+         alias: str | None = None, trusted=None) -> GateResult:
     """Whether version ``version`` (or the one ``alias`` names) of ``model_name`` may be released
     under ``policy`` (:class:`recipe_audit.release.evidence.GatePolicy`: τ, the metric and its
     direction, the largest ε and δ, the family; the gate's own, never read from the card or the
@@ -76,13 +79,18 @@ def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = No
       policy says pointwise;
     - the attached card covers exactly those reruns, with the same failures and a family no smaller;
     - and the card verifies: its digest over its JSON and files, its Markdown and HTML rendered
-      again from its JSON, its cells recomputed from the store.
+      again from its JSON, its cells recomputed from the store;
+    - with a ``trusted`` key (:class:`recipe_audit.cards.signing.TrustedKey`), the card is signed
+      by it (its ``card.sig``), over the card's files as they are and over the reruns the store
+      gives now (:func:`recipe_audit.cards.signing.check`; the outcome says which failed).
+      Without one, a signature is not read.
 
     Bad input (an unknown model, version or alias) raises ``RegistryError``."""
     from recipe_audit.cards.model import CardError, audit_name
     from recipe_audit.cards.verify import cell_key
     from recipe_audit.release import evidence as ev
-    from recipe_audit.release.verify import verify_card
+    from recipe_audit.release.verify import recompute as recompute_card_cells
+    from recipe_audit.release.verify import signature_check, verify_card
     from recipe_audit.store.card_files import read_card
 
     reg = ModelRegistry(tracking_uri)
@@ -141,6 +149,10 @@ def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = No
     summary = [{"card_uri": card_uri, "recipe_id": recipe_id, "verdict": entry["verdict"],
                 "n_reruns": entry["n_reruns"], "n_failures": entry["n_failures"], "tau": entry["tau"],
                 "eps": entry["eps"], "delta": entry["delta"], "audit_set": entry["audit_set"] or entry["metric"]}]
+    if trusted is not None:  # signed by the trusted key, over these very files
+        sig = signing.check(card.signed_files(), [e["digest"] for e in doc["cells"]], card.signature, trusted)
+        if not sig.ok:
+            return result(False, sig.kind, f"The card of {what} at {card_uri} {sig.message}.", summary)
     if policy.experiment is not None and experiment != policy.experiment:
         return result(False, POLICY_MISMATCH, f"The reruns of {what} are in experiment '{experiment}', not in "
                                               f"'{policy.experiment}', the experiment the release policy names.",
@@ -158,8 +170,18 @@ def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = No
     if evid.refusal or evid.entry is None:
         return result(False, HISTORY, f"The gate refuses {what} on {at}: {evid.refusal or 'nothing to recompute'}.",
                       summary, evid=evid)
-    verdict, m = ev.gate_verdict(evid.entry, policy.pointwise)
     e = evid.entry
+    fresh = None  # the card's cells recomputed its own way (the gate's recomputation counts the history)
+    if trusted is not None:  # and over the reruns they resolve to in the store now
+        try:
+            fresh = recompute_card_cells(doc, tracking_uri)
+        except CardError:
+            fresh = None  # the card does not verify: said below
+        sig = signature_check(doc, card, fresh, trusted) if fresh is not None else None
+        if sig is not None and not sig.ok:
+            return result(False, sig.kind, f"The card of {what} at {card_uri} {sig.message} ({evid.over()}).",
+                          summary, evid=evid)
+    verdict, m = ev.gate_verdict(evid.entry, policy.pointwise)
     counts = f"{e['n_failures']}/{e['n_reruns']} failed"
     if verdict != stats.SUPPORTED:
         fam = f" family-wise among M = {m}" if m > 1 and not policy.pointwise else ""
@@ -174,7 +196,7 @@ def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = No
     if cover:
         return result(False, PARTIAL, f"The card of {what} on {at} does not cover what the store holds: {cover} "
                                       f"({evid.over()}).", summary, evid=evid)
-    ver = verify_card(doc, tracking_uri, card)
+    ver = verify_card(doc, tracking_uri, card, fresh=fresh)
     checks = [{"card_uri": card_uri, "cell": list(map(str, cell_key(entry))), **ver.to_dict()}]
     if not ver.ok:
         first = ver.findings[0]
@@ -187,6 +209,7 @@ def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = No
         how = f"release-supported family-wise (chosen from M = {m} recipe identities)"
     else:
         u, how = f"U = {float(own_reading(e)['upper_bound']):.3f}", "release-supported"
+    signed = f", and is signed by the trusted key {trusted.short}" if trusted is not None else ""
     return result(True, PASS, f"{what} is {how} on {at} ({counts}, {u} <= ε = {policy.max_eps:g} at δ = "
                               f"{policy.max_delta:g}; {evid.over()}), and its card covers exactly those reruns and "
-                              f"verifies.", summary, checks, evid)
+                              f"verifies{signed}.", summary, checks, evid)

@@ -10,7 +10,9 @@ Where things live (a model version has no artifact store of its own):
 - the card itself: :func:`attach` logs each attached cell as an MLflow *card run* (kind ``card``,
   in the card's experiment, tagged ``recipe_audit.attached_to = <model>/<version>``) with
   ``card.json``, ``card.md`` and the histogram as artifacts, exactly as ``recipe-audit card``
-  logs cards; the version's tag ``...card_uri`` records ``runs:/<card run id>/card.json``;
+  logs cards; the version's tag ``...card_uri`` records ``runs:/<card run id>/card.json``; a card
+  attached with a signing key has its signature bundle beside it (``card.sig`` in the card run:
+  :mod:`recipe_audit.cards.signing`), found from that link;
 - the version's tags, three short ones for a card: two per card, keyed by audit set and τ
   (:func:`recipe_audit.keys.card_tag_stem`, ``recipe_audit.card.<audit set>.tau_<τ>``): the
   summary, named by the stem alone (e.g. ``release-supported · 0/59 failed τ 0.7 · U 0.038 ≤ ε
@@ -317,13 +319,14 @@ def _find_section(previous: str) -> int:
 
 
 def _description(previous: str | None, cards: dict[str, dict[str, str]], latest_md: str, latest_uri: str,
-                 links: dict[str, str] | None = None) -> str:
+                 links: dict[str, str] | None = None, signed_by: str | None = None) -> str:
     """The version's description: the text a person wrote above the cards' section, kept; then
     the verdicts in one plain line (what the registered model's versions table shows), the
     marker that finds the section again, the verdict table of every attached card, a link to the
     card run of the card attached last, and that card's Markdown when it fits MLflow's 5,000
     characters (else as many of its sections as fit, and where the rest is). Tables are spaced
-    for MLflow's renderer (:func:`recipe_audit.cards.tables.spaced_tables`)."""
+    for MLflow's renderer (:func:`recipe_audit.cards.tables.spaced_tables`). ``signed_by``: the key
+    the card attached last is signed with (its ``card.sig``, named after the link)."""
     from recipe_audit.cards.tables import spaced_tables
 
     links = links or {}
@@ -341,6 +344,8 @@ def _description(previous: str | None, cards: dict[str, dict[str, str]], latest_
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     link = links.get(latest_uri)
     where = f"[the card run in MLflow]({link}) (`{latest_uri}`)" if link else f"`{latest_uri}`"
+    if signed_by:
+        where += f"; signed: `{latest_uri.rpartition('/')[0]}/card.sig` (key sha256:{signed_by[:16]})"
     head = "\n\n".join(p for p in [kept, summary_line(cards) + "\n" + SECTION_MARKER,
                                    spaced_tables("\n".join(lines)),
                                    f"The card attached last, with its plots: {where}."] if p)
@@ -394,12 +399,16 @@ def _sub_document(doc: dict[str, Any], cells: Sequence[dict[str, Any]]) -> dict[
 
 def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: str | None = None,
            run_id: str | None = None, audits: Sequence[str] = (), taus: Sequence[float] = (),
-           recipe_id: str | None = None, set_alias: str | None = None, card=None) -> AttachResult:
+           recipe_id: str | None = None, set_alias: str | None = None, card=None, signer=None) -> AttachResult:
     """Attach the card ``doc`` (validated) to version ``version`` of ``model_name``, or to a new
     version registered from the model rerun ``run_id`` logged. The card must verify first (its
     digest over its content and, with ``card`` (a ``cards.verify.CardFiles``), the files beside
     it; its cells recomputed from the store): else ``RegistryError`` and nothing is written. See
-    the module docstring."""
+    the module docstring. ``signer`` (a :class:`recipe_audit.cards.signing.SigningKey`): the
+    card runs attached are signed with it (``card.sig`` beside their ``card.json``), once the
+    card has recomputed from the store. Without one, a card read with its signature (``card``'s
+    bundle: a card run signed at the end of its sweep) keeps it where the attached card run holds
+    the very files it signs (the whole card run attached, every τ)."""
     from recipe_audit.cards.document import RecipeCard
     from recipe_audit.cards.render import to_markdown
     from recipe_audit.release.card_runs import CardOutput
@@ -450,7 +459,8 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
             created_version = True
         sub = _sub_document(doc, cells)
         typed = RecipeCard.from_json(sub)  # typed once: the card runs and the cells below
-        logged = CardOutput(typed).log(tracking_uri, experiment, attached_to=f"{model_name}/{mv.version}")
+        logged = CardOutput(typed, signer, card.signature if card is not None else None).log(
+            tracking_uri, experiment, attached_to=f"{model_name}/{mv.version}")
         card_runs = [c.run_id for c in logged if not c.reused]  # a reused card run is not ours to undo
         entries_of: dict[tuple, list[dict[str, Any]]] = {}
         for t, e in zip(typed.cells, sub["cells"], strict=True):
@@ -489,7 +499,7 @@ def attach(tracking_uri: str, model_name: str, doc: dict[str, Any], *, version: 
                 exp_ids[f["experiment"]] = other.experiment_id if other is not None else None
         links = {f["card_uri"]: card_run_link(f["card_uri"], exp_ids.get(f.get("experiment"))) for f in all_cards.values()}
         desc = _description(old_description, all_cards, latest_md, next(iter(fields_by_stem.values()))["card_uri"],
-                            links)
+                            links, signed_by=logged[0].signed_by)
         reg.set_description(model_name, mv.version, desc)
         if not created_model:
             old_model_tags[TAG_MODEL_VERDICT] = reg.model_tags(model_name).get(TAG_MODEL_VERDICT)

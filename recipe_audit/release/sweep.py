@@ -19,19 +19,23 @@ from recipe_audit.store.uris import store_lines
 
 
 def cards_for_sweep(sweep, metric: str, opts: CardOptions, sweep_dir: Path | None = None,
-                    stem: str = "card") -> RecipeCard:
+                    stem: str = "card", signer=None) -> RecipeCard:
     """Compute, write and log the card of one sweep on ``metric``; print the verdict table.
     Raises :class:`CardError` (one sentence) when the sweep's reruns cannot make a card. Each
     file is rendered once (:class:`CardOutput`); the sweep's callback has tagged its reruns
-    pass/fail at the sweep's bars as each job ended, so the card runs do not tag them again."""
+    pass/fail at the sweep's bars as each job ended, so the card runs do not tag them again.
+    ``signer`` (a :class:`recipe_audit.cards.signing.SigningKey`): each card is signed, its
+    bundle beside it (``card.sig`` in the folder and in every card run)."""
     req = CardRequest(experiment=sweep.experiment_name, tracking_uri=sweep.tracking_uri, metric=metric,
                       sweep_id=sweep.sweep_id, planned_seeds=tuple(sweep.planned_seeds))
     doc = compute_card(req, opts)
-    out = CardOutput(doc)
+    out = CardOutput(doc, signer)
     files = out.write(sweep_dir / stem) if sweep_dir else None
     logged = out.log(sweep.tracking_uri, sweep.experiment_name, tag_reruns=False)
     print_card_summary(doc, files)
     print(f"Card runs in MLflow: {', '.join(c.run_id for c in logged)}")
+    if signer is not None:
+        print(f"Signed with key sha256:{signer.fingerprint[:16]} ({signer.name}): card.sig beside each card.")
     return doc
 
 

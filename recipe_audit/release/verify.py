@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from recipe_audit.cards.model import CardError, CardOptions
+from recipe_audit.cards.signing import signature_name
 from recipe_audit.cards.verify import (
     NOT_RECOMPUTABLE,
     RERUN_REMOVED,
@@ -59,15 +60,36 @@ def recompute(doc: dict[str, Any], tracking_uri: str | None = None) -> dict[tupl
     return out
 
 
-def verify_card(doc: dict[str, Any], tracking_uri: str | None = None, card: CardFiles | None = None) -> Verification:
+def signature_check(doc: dict[str, Any], card: CardFiles, fresh: dict[tuple, dict[str, Any]], trusted):
+    """Whether ``card`` is signed by ``trusted`` (a :class:`recipe_audit.cards.signing.TrustedKey`)
+    over its files as read and over the reruns its cells resolve to in the store now (``fresh``:
+    :func:`recompute`'s cells; a cell the store no longer gives keeps the card's own digest, and
+    its removal is :func:`verify_card`'s finding). A :class:`recipe_audit.cards.signing.SignatureCheck`."""
+    from recipe_audit.cards.signing import check
+
+    now = [(fresh.get(cell_key(e)) or e)["digest"] for e in doc["cells"]]
+    return check(card.signed_files(), now, card.signature, trusted, where=signature_name(card.name))
+
+
+def verify_card(doc: dict[str, Any], tracking_uri: str | None = None, card: CardFiles | None = None,
+                trusted=None, fresh: dict[tuple, dict[str, Any]] | None = None) -> Verification:
     """Self-check the card (with the files beside it, when ``card`` says where it was read from),
-    recompute it from the store and compare (see the module docstring)."""
+    recompute it from the store and compare (see the module docstring). With a ``trusted`` key
+    (:class:`recipe_audit.cards.signing.TrustedKey`; ``card`` then required), the card must also
+    be signed by it over its files and over the reruns the store gives now
+    (:func:`signature_check`): else a finding whose kind says which check failed. ``fresh``: the
+    card's cells recomputed from this store just now (:func:`recompute`), when the caller has them."""
     findings = self_check(doc, card)
-    try:
-        fresh = recompute(doc, tracking_uri)
-    except CardError as exc:
-        return Verification(len(doc["cells"]), doc["digest"],
-                            tuple(findings) + (Finding(NOT_RECOMPUTABLE, "", str(exc).rstrip(".")),))
+    if fresh is None:
+        try:
+            fresh = recompute(doc, tracking_uri)
+        except CardError as exc:
+            return Verification(len(doc["cells"]), doc["digest"],
+                                tuple(findings) + (Finding(NOT_RECOMPUTABLE, "", str(exc).rstrip(".")),))
+    if trusted is not None and card is not None:
+        sig = signature_check(doc, card, fresh, trusted)
+        if not sig.ok:
+            findings.insert(0, Finding(sig.kind, "", f"the card {sig.message}"))
     for e in doc["cells"]:
         new = fresh.get(cell_key(e))
         if new is None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from recipe_audit.cards.files import file_sha256, validate
 from recipe_audit.cards.model import CardError
+from recipe_audit.cards.signing import signature_name
 from recipe_audit.cards.verify import CardFiles
 from recipe_audit.errors import first_line
 from recipe_audit.store import artifacts
@@ -42,13 +43,17 @@ def _manifest(raw: bytes) -> list[str]:
 def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
     """:func:`load_card`, with the sha256 of each file the card's manifest lists, read from beside
     the card (its Markdown and plots); for a card at the top of a run's artifacts (a card run),
-    also the names of files there that the manifest does not list."""
+    also the names of files there that the manifest does not list. The card's signature bundle
+    (``card.sig`` beside ``card.json``: :mod:`recipe_audit.cards.signing`) is read when it is
+    there; it is not a file of the card (its digest does not cover it)."""
 
     text = str(path_or_uri)
     path = Path(text)
     own_place = False
     files: dict[str, str | None] = {}
     contents: dict[str, bytes] = {}
+    signature = None
+    name = "card.json"
     if not _is_uri(text) or text.startswith("file://"):
         if text.startswith("file://"):
             from urllib.parse import unquote, urlparse
@@ -59,10 +64,13 @@ def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
         if not path.is_file():
             raise CardError(f"There is no card file at {text}.")
         raw = path.read_bytes()
-        for name in _manifest(raw):
-            if (path.parent / name).is_file():
-                files[name] = file_sha256(path.parent / name)
-                contents[name] = (path.parent / name).read_bytes()
+        name = path.name
+        for listed in _manifest(raw):
+            if (path.parent / listed).is_file():
+                files[listed] = file_sha256(path.parent / listed)
+                contents[listed] = (path.parent / listed).read_bytes()
+        sig = path.parent / signature_name(name)
+        signature = sig.read_bytes() if sig.is_file() else None
     else:
         try:
             with tempfile.TemporaryDirectory() as tmp:
@@ -73,7 +81,9 @@ def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
         except (artifacts.ArtifactError, OSError) as exc:
             first = first_line(exc, 300)
             raise CardError(f"Cannot read a card at {text}: {first}") from None
-        files = _remote_files(base, card_path.name, _manifest(raw), tracking_uri, contents)
+        name = card_path.name
+        files, listed = _remote_files(base, name, _manifest(raw), tracking_uri, contents)
+        signature = _remote_signature(base, name, tracking_uri, listed)
         own_place = text.startswith("runs:/") and base.count("/") == 1  # runs:/<run id>: a card run's top
     try:
         doc = json.loads(raw.decode("utf-8"))
@@ -87,14 +97,29 @@ def read_card(path_or_uri: str, tracking_uri: str | None = None) -> CardFiles:
         validate(doc)
     except RecursionError:
         raise CardError(f"{text} is not a recipe card (its JSON is nested too deeply to check).") from None
-    return CardFiles(doc, files, own_place, contents)
+    return CardFiles(doc, files, own_place, contents, name=name, raw=raw, signature=signature)
+
+
+def _remote_signature(base: str, card_name: str, tracking_uri: str | None,
+                      listed: list[str] | None) -> bytes | None:
+    """The signature bundle beside a card under the artifact URI ``base`` (None: there is none;
+    ``listed``: the files there, None when the store could not list them)."""
+    sig = signature_name(card_name)
+    if listed is not None and sig not in listed:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            return artifacts.download(f"{base}/{sig}", tmp, tracking_uri).read_bytes()
+        except (artifacts.ArtifactError, OSError):
+            return None
 
 
 def _remote_files(base: str, card_name: str, names: Sequence[str], tracking_uri: str | None,
-                  contents: dict[str, bytes]) -> dict[str, str | None]:
+                  contents: dict[str, bytes]) -> tuple[dict[str, str | None], list[str] | None]:
     """sha256 of each of ``names`` under the artifact URI ``base`` (absent when it cannot be read),
-    and None for every other file there (best effort: a store that cannot list shows none); the
-    bytes of each file read go into ``contents``."""
+    and None for every other file there but the card's signature bundle (best effort: a store that
+    cannot list shows none); the bytes of each file read go into ``contents``. And the files
+    listed there (None: the store could not list them)."""
     listed = artifacts.list_files(base, tracking_uri)
     out: dict[str, str | None] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,6 +133,6 @@ def _remote_files(base: str, card_name: str, names: Sequence[str], tracking_uri:
             out[name] = file_sha256(local)
             contents[name] = local.read_bytes()
     for name in sorted(listed or ()):
-        if name != card_name and name not in out and not name.startswith("."):
+        if name not in (card_name, signature_name(card_name)) and name not in out and not name.startswith("."):
             out[name] = None
-    return out
+    return out, listed

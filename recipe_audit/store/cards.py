@@ -46,12 +46,14 @@ def ui_experiment_link(tracking_uri: str, experiment_id: str) -> str:
 
 @dataclass(frozen=True)
 class LoggedCard:
-    """One cell's card run: its id, the digest of the ``card.json`` in it, and whether an
-    existing run with the same card was reused (nothing was written then)."""
+    """One cell's card run: its id, the digest of the ``card.json`` in it, whether an existing
+    run with the same card was reused (nothing was written then), and the key its ``card.sig``
+    names (sha256 of the public key; None: not signed)."""
 
     run_id: str
     digest: str
     reused: bool = False
+    signed_by: str | None = None
 
 
 def card_key(card: RecipeCard) -> str:
@@ -112,9 +114,12 @@ def card_experiment(tracking_uri: str, experiment: str):
 
 
 def find_card_run(client, tracking_uri: str, experiment_id: str, key: str,
-                  attached_to: str | None) -> LoggedCard | None:
+                  attached_to: str | None, signed_by: str | None = None) -> LoggedCard | None:
     """A finished card run of ``key`` (:func:`card_key`; attached to ``attached_to``, or to
-    nothing) whose card still matches its own digest and files, or None."""
+    nothing) whose card still matches its own digest and files, or None. With ``signed_by`` (a
+    key's fingerprint, :attr:`recipe_audit.cards.signing.SigningKey.fingerprint`), only a card
+    run whose signature bundle names that key."""
+    from recipe_audit.cards.signing import key_hint
     from recipe_audit.cards.verify import self_check
     from recipe_audit.store.card_files import read_card
 
@@ -131,20 +136,26 @@ def find_card_run(client, tracking_uri: str, experiment_id: str, key: str,
             card = read_card(f"runs:/{run.info.run_id}/card.json", tracking_uri)
         except CardError:
             continue
+        if signed_by is not None and key_hint(card.signature) != signed_by:
+            continue
         if card.doc["digest"] == run.data.tags[TAG_CARD_DIGEST] and not self_check(card.doc, card):
-            return LoggedCard(run.info.run_id, card.doc["digest"], reused=True)
+            return LoggedCard(run.info.run_id, card.doc["digest"], reused=True, signed_by=key_hint(card.signature))
     return None
 
 
 def log_card_run(client, experiment_id: str, card: RecipeCard, rendered: RenderedCard, *, key: str,
-                 card_id: str, attached_to: str | None = None) -> LoggedCard:
+                 card_id: str, attached_to: str | None = None, signature: bytes | None = None) -> LoggedCard:
     """One card run (kind ``card``) in ``experiment_id`` for the cell card ``card`` (one cell, all
     its τ: :func:`recipe_audit.cards.files.cell_cards`), nested under the sweep it came from, with
     the files of ``rendered`` (its rendering) as artifacts, the card's Markdown as the run's
     description, and the verdict, U, N and k as tags and metrics (so the runs table shows
     verdicts). ``key``: its :func:`card_key`; ``card_id``: the tag shared by the card runs of one
-    computation; ``attached_to`` (``<model>/<version>``) tags and names the run."""
+    computation; ``attached_to`` (``<model>/<version>``) tags and names the run; ``signature``:
+    the card's signature bundle (:func:`recipe_audit.cards.signing.sign`), logged beside
+    ``card.json`` as ``card.sig``."""
     from mlflow.entities import Metric, RunTag
+
+    from recipe_audit.cards.signing import key_hint, signature_name
 
     entries = card.cells
     e0 = entries[0]
@@ -177,12 +188,14 @@ def log_card_run(client, experiment_id: str, card: RecipeCard, rendered: Rendere
         with tempfile.TemporaryDirectory() as tmp:
             for name, data in rendered.files.items():
                 (Path(tmp) / name).write_bytes(data)
+            if signature is not None:
+                (Path(tmp) / signature_name(rendered.kinds["json"])).write_bytes(signature)
             client.log_artifacts(rid, tmp)
         client.set_terminated(rid, "FINISHED")
     except Exception:
         client.set_terminated(rid, "FAILED")
         raise
-    return LoggedCard(rid, rendered.digest)
+    return LoggedCard(rid, rendered.digest, signed_by=key_hint(signature))
 
 
 def rerun_bar_tags(entries: list[CardEntry]) -> dict[str, dict[str, str]]:

@@ -47,7 +47,7 @@ def _runs(uri, sweep_id):
     return {int(r.data.tags[keys.TAG_SEED]): r.info.run_id for r in found}
 
 
-def _attach(uri, run_id, *, model="clf", **card):
+def _attach(uri, run_id, *, model="clf", signer=None, **card):
     """A card made with the attacker's options (``CardRequest`` fields and ``CardOptions`` fields),
     attached to a new version of ``model`` registered from ``run_id``, as ``recipe-audit attach``
     does (the card must verify against the store with its own options)."""
@@ -58,7 +58,7 @@ def _attach(uri, run_id, *, model="clf", **card):
     if not client.search_registered_models(f"name = '{model}'"):
         client.create_registered_model(model)
     mv = client.create_model_version(model, source=f"runs:/{run_id}/model", run_id=run_id)
-    registry.attach(uri, model, doc, version=str(mv.version))
+    registry.attach(uri, model, doc, version=str(mv.version), signer=signer)
     return doc
 
 
@@ -287,6 +287,162 @@ def test_the_rewrite_is_named(store):
     res = _gate(store)
     runs = _runs(store, "first")
     assert any(runs[s] in res.message for s in (1, 6, 11, 16)) and "and 3 more" in res.message
+
+
+# ------------------------------------------------------------------------------------------
+# signed cards: the CI signs the card it attaches with its key (a CI secret) and the gate trusts
+# that key's public half (kept with the code). Whoever can write the store can still rewrite a
+# result so that no check on the store alone sees it (the end-time rewrite below); what they
+# cannot do without the key is give the rewritten store a card the gate takes. Each row: the
+# attack, the gate's outcome with the trusted key, and without it (PASS: a hole signing closes)
+
+
+@pytest.fixture(scope="module")
+def key_pair(tmp_path_factory):
+    """The CI's key pair and an attacker's: PEM files (private, public), made here."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    folder = tmp_path_factory.mktemp("keys")
+    out = {}
+    for who in ("ci", "attacker"):
+        key = ec.generate_private_key(ec.SECP256R1())
+        (folder / f"{who}.pem").write_bytes(key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+        (folder / f"{who}.pub").write_bytes(key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        out[who] = (folder / f"{who}.pem", folder / f"{who}.pub")
+    return out
+
+
+def _signer(key_pair, who="ci"):
+    from recipe_audit.cards.signing import SigningKey
+
+    return SigningKey.load(str(key_pair[who][0]))
+
+
+def _trusted(key_pair):
+    from recipe_audit.cards.signing import TrustedKey
+
+    return TrustedKey.load(str(key_pair["ci"][1]))
+
+
+def _attach_to_version(uri, version="1", signer=None):
+    """``recipe-audit attach --version``: a card over every rerun of the experiment, made now."""
+    doc = compute_card(CardRequest(experiment="exp", tracking_uri=uri), CardOptions.from_config(taus=[0.7])).to_json()
+    registry.attach(uri, "clf", doc, version=version, signer=signer)
+    return doc
+
+
+def _end_time_rewrite(uri, run_id):
+    """0.95 logged over a failing rerun that already ended, its pass/fail tag set to pass, and its
+    end moved past the new value: the store no longer shows a value logged after its run ended."""
+    client = MlflowClient(tracking_uri=uri)
+    end = client.get_run(run_id).info.end_time
+    client.log_metric(run_id, METRIC, 0.95, timestamp=end + 1000, step=1)
+    client.set_tag(run_id, FAILS, "false")
+    client.set_terminated(run_id, "FINISHED", end_time=end + 60_000)
+
+
+def _card_run_dir(uri, version="1"):
+    tags = MlflowClient(tracking_uri=uri, registry_uri=uri).get_model_version("clf", version).tags
+    card_uri = next(v for k, v in tags.items() if k.endswith(".card_uri"))
+    return _artifact_dir(uri, card_uri.split("/")[1])
+
+
+def _signed_then_rewritten(uri, key_pair):
+    """The CI's signed card of a recipe with one failing rerun in 25 (unsupported), then seed 3's
+    result rewritten at the end time: a card recomputed now says 0/25."""
+    runs = _sweep(uri, _values(25, bad={3}))
+    _attach(uri, runs[0], signer=_signer(key_pair))
+    _end_time_rewrite(uri, runs[3])
+    return runs
+
+
+def signed_honest(uri, key_pair):
+    """38 reruns, one of which logged a failing value and then crashed (1/38: release-supported):
+    the card lists it unfinished, the gate's recomputation counts the value it logged; the
+    signature is checked against the reruns as the card resolves them, so both agree."""
+    runs = _sweep(uri, _values(38, bad={3}), statuses={3: "FAILED"})
+    _attach(uri, runs[0], signer=_signer(key_pair))
+
+
+def end_time_rewrite(uri, key_pair):
+    """The rewrite, then a card made and attached anew (not signed: the writer has no key)."""
+    _signed_then_rewritten(uri, key_pair)
+    assert _attach_to_version(uri)["cells"][0]["n_failures"] == 0
+
+
+def end_time_rewrite_under_the_signed_card(uri, key_pair):
+    """The rewrite, the CI's signed card left in place: its signed reruns are not the store's now."""
+    _signed_then_rewritten(uri, key_pair)
+
+
+def end_time_rewrite_resigned_with_another_key(uri, key_pair):
+    """The rewrite, then a card signed with the writer's own key."""
+    _signed_then_rewritten(uri, key_pair)
+    _attach_to_version(uri, signer=_signer(key_pair, "attacker"))
+
+
+def forged_card_beside_the_signed_bundle(uri, key_pair):
+    """The rewrite, a new card, and the CI's bundle of the old card copied beside it."""
+    _signed_then_rewritten(uri, key_pair)
+    bundle = (_card_run_dir(uri) / "card.sig").read_bytes()
+    _attach_to_version(uri)
+    (_card_run_dir(uri) / "card.sig").write_bytes(bundle)
+
+
+def tampered_bundle(uri, key_pair):
+    """The rewrite, a new card, and the CI's bundle beside it with its statement edited to list the
+    new card's files and reruns (the CI's signature and key hint kept)."""
+    import base64
+    import hashlib
+
+    from recipe_audit.cards.signing import RERUNS_FILE, reruns_text
+
+    _signed_then_rewritten(uri, key_pair)
+    bundle = json.loads((_card_run_dir(uri) / "card.sig").read_text())
+    doc = _attach_to_version(uri)
+    where = _card_run_dir(uri)
+    statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+    for r in statement["predicate"]["resources"]:
+        data = (reruns_text([doc["cells"][0]["digest"]]) if r["name"] == RERUNS_FILE
+                else (where / r["name"]).read_bytes())
+        r["digest"] = hashlib.sha256(data).hexdigest()
+    bundle["dsseEnvelope"]["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+    (where / "card.sig").write_text(json.dumps(bundle))
+
+
+PASS = "pass"
+SIGNED_ATTACKS = [
+    # (attack, the gate's outcome with the trusted key, a phrase of its sentence, the outcome without it)
+    (end_time_rewrite, "unsigned", "is not signed (no card.sig beside it)", PASS),
+    (end_time_rewrite_under_the_signed_card, "reruns-changed-since-signed",
+     "over other reruns than the store holds now", "card-does-not-cover"),
+    (end_time_rewrite_resigned_with_another_key, "signed-by-another-key", "is signed by another key", PASS),
+    pytest.param(forged_card_beside_the_signed_bundle, "card-changed-since-signed", "card.json", PASS,
+                 marks=pytest.mark.slow),
+    pytest.param(tampered_bundle, "signature-does-not-verify", "card.sig was altered after signing", PASS,
+                 marks=pytest.mark.slow),
+]
+
+
+def test_a_signed_honest_card_passes_with_the_trusted_key(store, key_pair):
+    signed_honest(store, key_pair)
+    res = gate.gate(store, "clf", make_policy(CI), version="1", trusted=_trusted(key_pair))
+    assert res.passed and "1/38 failed" in res.message, res.message
+    assert f"is signed by the trusted key sha256:{_trusted(key_pair).fingerprint[:16]}" in res.message
+    assert _gate(store).passed  # without a trusted key, as before
+
+
+@pytest.mark.parametrize("attack, outcome, needle, without", SIGNED_ATTACKS, ids=[_name(a) for a in SIGNED_ATTACKS])
+def test_the_gate_with_a_trusted_key_refuses(store, key_pair, attack, outcome, needle, without):
+    attack(store, key_pair)
+    res = gate.gate(store, "clf", make_policy(CI), version="1", trusted=_trusted(key_pair))
+    assert not res.passed and res.outcome == outcome and needle in res.message, (res.outcome, res.message)
+    assert "\n" not in res.message
+    plain = _gate(store)
+    assert plain.outcome == without, plain.message  # what the gate does without the key
 
 
 def test_the_bar_and_the_metric_are_the_gates(store):
