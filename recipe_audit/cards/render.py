@@ -298,8 +298,9 @@ def never_ran_sentence(e: CardEntry) -> str:
     many of those never ran, and what runs them."""
     return (f"{e.n_failures} of {e.n_reruns} reruns failed at τ = {e.tau:g}, {e.never_ran} of them planned "
             "reruns that never ran (the sweep stopped before them: counted as failures). Relaunch the "
-            "sweep's command with resume=true (tracking.resume=true for the built-in trainer) to run "
-            "them; the seeds that finished are kept.")
+            "sweep's command with resume=true (tracking.resume=true in the built-in trainer, "
+            "hydra.callbacks.recipe_audit.resume=true in your own app) to run them; the seeds that "
+            "finished are kept.")
 
 
 def _planned_suffix(e: CardEntry) -> str:

@@ -200,8 +200,9 @@ def _family_fields(e: dict[str, Any], num) -> dict[str, str]:
 
 def attached_cards(tags: dict[str, str], tracking_uri: str | None = None) -> dict[str, dict[str, str]]:
     """The cards on a version, from its tags: card tag stem -> {field: value} (the fields of
-    :data:`CARD_FIELDS`). A card whose tags say only where it is (its summary, ``card_uri``,
-    ``card_digest``: what :func:`attach` writes) is read from its card run in ``tracking_uri``
+    :data:`CARD_FIELDS`). A card whose tags say only where it is (its summary and ``card_uri``:
+    what :func:`attach` writes; ``card_digest`` too before 2026-12-06) is read from its card run
+    in ``tracking_uri`` (its ``card_digest`` is the card's own ``digest``)
     for the rest; one that cannot be read keeps what its tags say (its audit set and τ, the
     verdict its summary begins with). Versions attached before kept every field as a tag."""
     out: dict[str, dict[str, str]] = {}

@@ -112,7 +112,8 @@ def test_attach_registers_the_logged_model_and_tags_every_card(copy, capsys):
     # the card's own, read through the link); with the recipe, a card is three tags on a version
     assert sorted(k for k in mv.tags if k.startswith(stem)) == [stem, stem + ".card_uri"]
     assert len([k for k in mv.tags if k.startswith(keys.CARD_TAG_PREFIX)]) == 2 * 4
-    assert f["card_digest"] and f["card_digest"] == registry.attached_cards(mv.tags, uri)[stem]["card_digest"]
+    run = client.get_run(mv.tags[stem + ".card_uri"].split("/")[1])  # the card's digest: its card run's
+    assert f["card_digest"] == run.data.tags["recipe_audit.card_digest"] and len(f["card_digest"]) == 64
     assert mv.tags[stem] == f"strong-unsupported · 10/29 failed τ 0.7 · U {float(f['upper_bound']):.3f} > ε 0.1"
     assert mv.tags[keys.TAG_RECIPE_ID] == GOOD
     # the page reads top-down: the verdicts in one plain line (what the versions table shows), the
