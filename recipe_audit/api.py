@@ -259,12 +259,33 @@ def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[f
 
 
 def _column(frame: pd.DataFrame, name: str, what: str, prefixes: Sequence[str]) -> str:
+    """The column of ``frame`` that ``name`` names (as given, or after one of ``prefixes``); else
+    one sentence that lists what it could have been. For a metric: the metric columns the reruns
+    have a value in (not those only recipe_audit's card and sweep runs fill, which
+    ``mlflow.search_runs`` of an experiment brings along), the closest names first; then the
+    other columns. For other keys: every column, the closest first."""
+    import pandas as pd
+
+    from recipe_audit import keys
+    from recipe_audit.errors import closest_first
+
     for candidate in (name, *(p + name for p in prefixes)):
         if candidate in frame.columns:
             return candidate
-    cols = sorted(map(str, frame.columns), key=lambda c: (what.split()[0] not in c.lower(), c))
-    shown = ", ".join(repr(c) for c in cols[:8]) + (f" and {len(cols) - 8} more" if len(cols) > 8 else "")
-    raise ValueError(f"The runs have no {what} column {name!r}; their columns are {shown}.")
+    cols = [str(c) for c in frame.columns]
+    first: list[str] = []
+    if what == "metric":
+        kind = "tags." + keys.TAG_KIND
+        reruns = frame[~frame[kind].isin([keys.KIND_CARD, keys.KIND_SWEEP])] if kind in frame.columns else frame
+        logged = [c for c in cols if c.startswith(tuple(prefixes)) or pd.api.types.is_numeric_dtype(frame[c])]
+        first = closest_first(name, [c for c in logged if reruns[c].notna().any()], tuple(prefixes))
+    rest = closest_first(name, [c for c in cols if c not in first], tuple(prefixes))
+    listed = first + rest
+    shown = ", ".join(repr(c) for c in listed[:8]) + (f" and {len(listed) - 8} more" if len(listed) > 8 else "")
+    which = ("the reruns' metric columns first, the closest first" if first and rest else "the closest first"
+             if len(listed) > 1 else "")
+    raise ValueError(f"The runs have no {what} column {name!r}; their columns{f' ({which})' if which else ''} "
+                     f"are {shown}.")
 
 
 def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",

@@ -63,8 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "lead (--json: the top-level keys), the pointwise ones follow (--json: under 'pointwise')")
     b.add_argument("--json", action="store_true", help="print one JSON object")
 
-    c = sub.add_parser("card", help="compute recipe cards from an MLflow experiment")
-    c.add_argument("--experiment-name", required=True)
+    c = sub.add_parser("card", help="compute recipe cards from an MLflow experiment",
+                       description="The recipe cards of an experiment's reruns, from the tracking store alone: "
+                                   "for each recipe and audit set (or --metric) at each bar τ, the failures k of "
+                                   "N reruns, the exact upper bound U on the next rerun's failure probability, "
+                                   "the sample floor N_min and the verdict. A rerun that did not finish counts "
+                                   "as a failure.")
+    c.add_argument("--experiment-name", required=True,
+                   help="the MLflow experiment whose reruns the card reads (a sweep's: its app's job name, "
+                        "recipe_audit for the built-in trainer)")
     c.add_argument("--tracking-uri", default=None,
                    help=TRACKING_URI_HELP)
     c.add_argument("--metric", default=None, help=f"metric key (default {keys.DEFAULT_METRIC})")

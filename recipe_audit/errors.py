@@ -104,3 +104,19 @@ def known_fix(error: str) -> str | None:
         if error.startswith(type_name + ":") and words in error:
             return fix
     return None
+
+
+def closest_first(name: str, names, prefixes: tuple[str, ...] = ()) -> list[str]:
+    """``names`` ordered by how close each is to ``name`` (difflib's similarity ratio, the closest
+    first; equals by name), each compared without the first of ``prefixes`` it starts with: for
+    a sentence that lists what a misspelt key could have been.
+
+    >>> closest_first("val_ac", ["epoch", "train_loss", "metrics.val_acc", "val_loss"], ("metrics.",))
+    ['metrics.val_acc', 'val_loss', 'train_loss', 'epoch']
+    """
+    import difflib
+
+    def bare(n: str) -> str:
+        return next((n[len(p):] for p in prefixes if n.startswith(p)), n)
+
+    return sorted(names, key=lambda n: (-difflib.SequenceMatcher(None, name, bare(n)).ratio(), n))

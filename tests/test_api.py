@@ -14,6 +14,7 @@ from helpers.fast_sqlite import no_sync_module  # noqa: F401 (autouse: its store
 from scipy.stats import beta
 
 import recipe_audit
+from recipe_audit import keys
 
 
 @pytest.mark.parametrize("k, n", [(0, 22), (0, 21), (6, 59), (1, 38), (2, 38), (12, 30), (59, 59)])
@@ -105,11 +106,34 @@ def test_card_object(tmp_path):
     assert all(p.is_file() and p.parent == tmp_path / "card" for p in files.values())
 
 
+def test_card_from_runs_names_the_reruns_metrics_first_the_closest_first():
+    """``mlflow.search_runs`` of an experiment brings recipe_audit's card and sweep runs along,
+    with metrics of their own: a misspelt metric is answered with the reruns' metric columns,
+    the closest first, before any other column (the card runs' upper_bound among the rest)."""
+    kind = "tags." + keys.TAG_KIND
+    runs = pd.DataFrame({
+        "run_id": [f"r{i}" for i in range(14)], kind: ["rerun"] * 12 + ["card", "sweep"],
+        "params.seed": [str(i) for i in range(12)] + [None, None],
+        **{f"metrics.{m}": [0.5] * 12 + [None, None] for m in
+           ["train_loss", "val_loss", "val_acc", "val_f1", "epoch", "lr", "grad_norm", "test_acc", "test_loss"]},
+        "metrics.upper_bound": [None] * 12 + [0.2, None], "metrics.n_failures": [None] * 12 + [1.0, None],
+    })
+    with pytest.raises(ValueError) as err:
+        recipe_audit.card_from_runs(runs, "val_ac")
+    shown = str(err.value).split(" are ", 1)[1].rstrip(".").split(", ")
+    assert str(err.value).startswith("The runs have no metric column 'val_ac'; their columns (the reruns' metric "
+                                     "columns first, the closest first) are 'metrics.val_acc', ")
+    assert shown[:3] == ["'metrics.val_acc'", "'metrics.val_f1'", "'metrics.val_loss'"]
+    assert not any("upper_bound" in c or "n_failures" in c for c in shown[:8]), shown
+    assert shown[-1].endswith("more")
+
+
 def test_card_from_runs_bad_input_names_the_columns():
     runs = _runs([0.9] * 5)
-    with pytest.raises(ValueError, match=r"no metric column 'accuracy'; their columns are 'acc', 'seed'"):
+    with pytest.raises(ValueError, match=r"no metric column 'accuracy'; their columns \(the closest first\) are "
+                                         r"'acc', 'seed'\.$"):
         recipe_audit.card_from_runs(runs, "accuracy")
-    with pytest.raises(ValueError, match=r"no seed column 'trial'; their columns are 'seed', 'acc'"):
+    with pytest.raises(ValueError, match=r"no seed column 'trial'; their columns \(the closest first\) are 'acc', 'seed'"):
         recipe_audit.card_from_runs(runs, "acc", seed="trial")
     with pytest.raises(ValueError, match="pandas DataFrame"):
         recipe_audit.card_from_runs([{"seed": 0, "acc": 1.0}], "acc")

@@ -145,3 +145,17 @@ def test_unfinished_is_checked_by_the_one_validator(capsys, tmp_path, monkeypatc
     assert main(["card", "--experiment-name", "x", "--unfinished", "skip"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "recipe-audit: error: --unfinished must be 'fail' or 'refuse', not 'skip'."
+
+
+def test_every_command_has_a_description_and_every_option_its_help():
+    """``recipe-audit CMD --help`` says what the command does and what each option is."""
+    import argparse
+
+    from recipe_audit.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = [f"{name}: no description" for name, p in sub.choices.items() if not p.description]
+    missing += [f"{name} {'/'.join(a.option_strings) or a.dest}: no help" for name, p in sub.choices.items()
+                for a in p._actions if not a.help and not isinstance(a, argparse._HelpAction)]
+    assert not missing, missing
+    assert set(sub.choices) >= {"bound", "card", "attach", "gate", "verify", "acceptance"}

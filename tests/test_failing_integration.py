@@ -13,6 +13,7 @@ import textwrap
 import pytest
 from helpers import procs
 from helpers.inprocess import run_script_here
+from helpers.one_thread import one_torch_thread  # noqa: F401 (autouse: the tiny model of the progress test)
 
 from recipe_audit import keys
 
@@ -191,3 +192,52 @@ def test_a_lightning_logger_first_imported_inside_the_task_is_pointed_at_the_rer
     assert [r.info.status for r in reruns] == ["FINISHED", "FINISHED"]
     assert all(0.0 <= r.data.metrics["val_acc"] <= 1.0 and "train_loss" in r.data.metrics for r in reruns)
     assert not (tmp_path / "mlruns").exists()  # no file store of the logger's own
+
+
+INTERRUPTED_APP = '''
+import os, signal
+import hydra
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg):
+    if cfg.seed == 1:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the second job
+    return 0.9
+
+main()
+'''
+
+
+def test_ctrl_c_ends_a_sweep_with_its_one_line_and_no_traceback(tmp_path, store):
+    """Ctrl-C in a job: the process ends as an interrupted one (SIGINT), with the one line that
+    says what was recorded, and no KeyboardInterrupt traceback through Hydra before it."""
+    import signal
+
+    app = _app(tmp_path, INTERRUPTED_APP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_RUN", "RECIPE_AUDIT_"))}
+    proc = procs.run([sys.executable, "train.py", "-m", "seed=range(3)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 's'}"],
+                     cwd=app, env=env, capture_output=True, text=True, timeout=procs.timeout(120))
+    assert proc.returncode == -signal.SIGINT, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr[-3000:]
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("recipe_audit")]
+    assert line.startswith("recipe_audit: sweep ") and "stopped before its end" in line
+    assert "1 unfinished rerun(s) KILLED; relaunch with resume=true" in line
+    assert [r.info.status for r in _reruns(store)] == ["FINISHED", "KILLED"]
+
+
+def test_progress_without_a_terminal_is_a_line_every_five_percent(capsys):
+    """The built-in trainer's progress where stderr is no terminal (pytest's capture, a log file):
+    one line per 5 % of the steps, not a bar redrawn at every step."""
+    from recipe_audit.config import ModelConfig, RecipeConfig, TaskConfig
+    from recipe_audit.train.loop import prepare_task, train_rerun
+
+    model = ModelConfig(name="tiny_bert", kind="bert")
+    prepared = prepare_task(TaskConfig(name="sentiment", kind="sentiment", options={"n_train": 240, "n_audit": 120}),
+                            model)
+    train_rerun(3, model, RecipeConfig(name="t", lr=3e-3, max_steps=20, batch_size=16), prepared,
+                list(prepared.task.audits), progress=True)
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = [ln for ln in err.splitlines() if ln.startswith("seed 3: step ")]
+    assert len(lines) == 20 and lines[0] == "seed 3: step 1/20 (5%)", err[-2000:]
+    assert lines[-1].startswith("seed 3: step 20/20 (100%), loss ")

@@ -49,7 +49,7 @@ from omegaconf import DictConfig, OmegaConf
 from recipe_audit.app import jobs, sweep_plan
 from recipe_audit.app.job_env import SweepEnv, sweep_tags
 from recipe_audit.app.outcomes import Bars, Progress
-from recipe_audit.app.process import one_line, rank, stop
+from recipe_audit.app.process import one_line, quiet_interrupts, rank, stop
 from recipe_audit.app.sweep_end import JobsKind, abandon_sweep, end_sweep, recipe_cards
 from recipe_audit.app.sweep_plan import CallbackOptionError, option_name, planned_seeds
 from recipe_audit.keys import KIND_ACCEPTANCE_CELL, KIND_RERUN
@@ -273,6 +273,7 @@ class RecipeAuditCallback(Callback):
         self.sweep = sweep
         self._launcher = str(OmegaConf.select(config, "hydra.launcher._target_") or "")
         atexit.register(self._abandoned)
+        quiet_interrupts(lambda: self.sweep is not None)  # Ctrl-C: the line _abandoned prints, no traceback
         self._launched_ms = int(time.time() * 1000)  # this launch's attempts start from here
         self._progress = Progress(os.getpid(), len(sweep_plan.launched_seeds(config, self.seed_key, sweep))
                                   * (sweep_plan.n_recipes(config, self.seed_key) or 1))

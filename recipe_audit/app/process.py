@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 
 def rank() -> int:
@@ -34,3 +35,29 @@ def one_line(exc: BaseException) -> str:
 
     lines = [ln for ln in plain(str(exc)).strip().splitlines() if ln.strip()]
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:500]
+
+
+_SAID_AT_EXIT: list[Callable[[], bool]] = []  # whether the sweep's own line follows at exit
+
+
+def quiet_interrupts(said_at_exit: Callable[[], bool]) -> None:
+    """Ctrl-C ends this process with one line, not the traceback of the ``KeyboardInterrupt``
+    that climbs through Hydra and the task: the interpreter's hook for an uncaught exception
+    prints nothing for it when ``said_at_exit()`` (a sweep that stopped before its end says so at
+    exit, :func:`recipe_audit.app.sweep_end.abandon_sweep`), else ``recipe_audit: interrupted
+    (Ctrl-C).``; any other exception is printed as before. The exit status stays the
+    interpreter's for an interrupt (130 in a shell). Installed once a process; a later sweep
+    gives its own ``said_at_exit``."""
+    _SAID_AT_EXIT[:] = [said_at_exit]
+    if getattr(sys.excepthook, "recipe_audit_quiet", False):
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb) -> None:
+        if not issubclass(kind, KeyboardInterrupt):
+            previous(kind, value, tb)
+        elif not (_SAID_AT_EXIT and _SAID_AT_EXIT[0]()):
+            print("recipe_audit: interrupted (Ctrl-C).", file=sys.stderr)
+
+    hook.recipe_audit_quiet = True
+    sys.excepthook = hook

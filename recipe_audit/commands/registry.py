@@ -45,8 +45,13 @@ def _open(tracking_uri: str | None) -> str:
 
 
 def register(subparsers) -> dict:
-    a = subparsers.add_parser("attach", help="attach a recipe card to a registered model version")
-    a.add_argument("--model-name", required=True)
+    a = subparsers.add_parser("attach", help="attach a recipe card to a registered model version",
+                              description="Attach a recipe card to a registered model version (an existing "
+                                          "--version, or the model a rerun logged, registered as a new one): the "
+                                          "card must verify against the tracking store and be of the version's "
+                                          "recipe; the version then carries its verdict and a link to it, which "
+                                          "the release gate reads.")
+    a.add_argument("--model-name", required=True, help="the registered model's name")
     which = a.add_mutually_exclusive_group(required=True)
     which.add_argument("--version", default=None, help="an existing version of the model")
     which.add_argument("--run-id", default=None,
@@ -68,11 +73,15 @@ def register(subparsers) -> dict:
 
     g = subparsers.add_parser(
         "gate", help="release gate: exit 0 only when the store's evidence, recomputed under the gate's policy, is "
-                     "release-supported and the attached card covers it and verifies")
-    g.add_argument("--model-name", required=True)
+                     "release-supported and the attached card covers it and verifies",
+        description="The release gate for CI: recompute the evidence of a registered model version's recipe "
+                    "from the tracking store under the gate's policy (τ, the audit set or metric, ε, δ, the "
+                    "family), and pass (exit 0) only when it is release-supported and the card attached to the "
+                    "version covers it and verifies; otherwise exit 1 with the reason in one sentence.")
+    g.add_argument("--model-name", required=True, help="the registered model's name")
     which = g.add_mutually_exclusive_group(required=True)
-    which.add_argument("--version", default=None)
-    which.add_argument("--alias", default=None)
+    which.add_argument("--version", default=None, help="the version to decide on")
+    which.add_argument("--alias", default=None, help="or the alias that points at it (e.g. candidate)")
     g.add_argument("--policy", default=None, metavar="FILE",
                    help="the release policy, a YAML file kept with the code under review (keys: tau, audit or "
                         "metric, higher_is_better, max_eps, max_delta, family, pointwise, experiment, seed_key); "
@@ -105,8 +114,13 @@ def register(subparsers) -> dict:
     g.add_argument("--json", action="store_true", help="print one JSON object")
     _uri_option(g)
 
-    v = subparsers.add_parser("verify", help="recompute a card from the tracking store and compare")
-    v.add_argument("card", metavar="PATH_OR_URI")
+    v = subparsers.add_parser("verify", help="recompute a card from the tracking store and compare",
+                              description="Recompute a card from the reruns in the tracking store it names as "
+                                          "its source and compare every number (and, with --trusted-key, check "
+                                          "its signature): exit 0 when the card verifies, 1 when it does not "
+                                          "(what differs, on stderr).")
+    v.add_argument("card", metavar="PATH_OR_URI",
+                   help="card JSON: a file, a directory with card.json, or an artifact URI (runs:/RUN/card.json)")
     v.add_argument("--trusted-key", default=None, metavar="PUB_FILE",
                    help="the card must also be signed by this public key (PEM), over its files and the reruns the "
                         "store holds now")

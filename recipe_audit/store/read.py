@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from recipe_audit import keys
+from recipe_audit.errors import closest_first
 from recipe_audit.reruns import QueryError, metric_name
 from recipe_audit.store import read_client, read_sql
 from recipe_audit.store.raw_runs import ATTRIBUTES, RawRuns, objects, redact
@@ -333,8 +334,10 @@ def _frame(
     for name in metric_names:
         if not take(f"logged.{name}").any():
             # the metrics of the runs a card would read (the user's), not every run's of the experiment
-            existing = _keys_of_runs(raw, "metrics", run_ids.tolist())
-            have = f"; metrics logged there: {_listing(existing)}" if existing else "; no run there logged any metric"
+            existing = closest_first(name, _keys_of_runs(raw, "metrics", run_ids.tolist()))
+            closest = ", the closest first" if len(existing) > 1 else ""
+            have = (f"; metrics logged there{closest}: {_listing(existing, 8)}" if existing
+                    else "; no run there logged any metric")
             unlogged[name] = f"No run in experiment {experiment!r} has the metric {name!r}{have}."
             if require_metrics:
                 raise QueryError(unlogged[name])

@@ -159,6 +159,59 @@ def default_loss(model, batch):
     return model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
 
 
+def _terminal() -> bool:
+    """Whether stderr is a terminal (where a progress bar redraws itself in place)."""
+    import sys
+
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without it, or closed
+        return False
+
+
+class LineProgress:
+    """Progress where stderr is no terminal (a log file, a pipe, a CI log): one line each time
+    another ``every`` percent of the steps is done, not a bar redrawn with a carriage return at
+    every update (which a file keeps, thousands of lines a sweep). What :func:`fit` calls of
+    tqdm's bar: ``update``, ``set_postfix``, ``close``.
+
+    >>> import contextlib, io, sys
+    >>> err = io.StringIO()
+    >>> with contextlib.redirect_stderr(err):
+    ...     p = LineProgress(40, "seed 3", every=25)
+    ...     for step in range(40):
+    ...         p.set_postfix(loss=f"{1 / (step + 1):.3f}")
+    ...         p.update(1)
+    >>> print(err.getvalue(), end="")
+    seed 3: step 10/40 (25%), loss 0.100
+    seed 3: step 20/40 (50%), loss 0.050
+    seed 3: step 30/40 (75%), loss 0.033
+    seed 3: step 40/40 (100%), loss 0.025
+    """
+
+    def __init__(self, total: int, desc: str, every: int = 5) -> None:
+        self.total, self.desc, self.every = max(int(total), 1), desc, every
+        self.n = 0
+        self.said = 0  # the last percentage a line was written for
+        self.postfix = ""
+
+    def set_postfix(self, **values: Any) -> None:
+        self.postfix = ", ".join(f"{k} {v}" for k, v in values.items())
+
+    def update(self, n: int = 1) -> None:
+        import sys
+
+        self.n += n
+        done = self.n * 100 // self.total
+        if done >= self.said + self.every:
+            self.said = done - done % self.every
+            print(f"{self.desc}: step {self.n}/{self.total} ({done}%)" + (f", {self.postfix}" if self.postfix else ""),
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
 def fit(model, loader, recipe: RecipeConfig, *,
         loss_fn: Callable[[object, object], object] | None = None,
         on_step: Callable[[int, float], None] | None = None,
@@ -184,8 +237,9 @@ def fit(model, loader, recipe: RecipeConfig, *,
     model, opt, loader, sched = accelerator.prepare(model, opt, loader, sched)
 
     losses: list[float] = []
-    bar = tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True,
-               disable=not progress or not accelerator.is_local_main_process)
+    show = progress and accelerator.is_local_main_process
+    bar = (tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True, disable=not show) if not show
+           or _terminal() else LineProgress(total, desc))
     model.train()
     multi = accelerator.num_processes > 1
     step = 0

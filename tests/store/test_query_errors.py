@@ -56,12 +56,12 @@ def test_experiment_without_reruns(errors_store, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_metric_no_run_has_lists_five_existing_keys(rich_store, backend):
+def test_metric_no_run_has_lists_the_reruns_keys_the_closest_first(rich_store, backend):
     uri, _ = rich_store
     assert _message(uri, "exp", backend, metric_keys=[METRIC, "accuracy/nope"]) == (
-        "No run in experiment 'exp' has the metric 'accuracy/nope'; metrics logged there: "
-        "'accuracy/calibration', 'majority_rate/calibration', 'pred_mode_share/calibration', 'train_loss', "
-        "'train_seconds'."
+        "No run in experiment 'exp' has the metric 'accuracy/nope'; metrics logged there, the closest first: "
+        "'accuracy/calibration', 'train_loss', 'train_seconds', 'majority_rate/calibration', "
+        "'pred_mode_share/calibration'."
     )  # the metrics of the reruns: not the card run's upper_bound, logged in the same experiment
 
 
