@@ -29,6 +29,7 @@ from recipe_audit.commands.args import (
 )
 from recipe_audit.errors import first_line, stdout_gone
 from recipe_audit.stats.options import AuditOptions
+from recipe_audit.store.uris import secret_in_uri
 
 
 class _Parser(argparse.ArgumentParser):
@@ -334,6 +335,10 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit:
             sys.stdout.flush()  # the help or usage: a reader that went away is seen here
             raise
+        refused = secret_in_uri(getattr(args, "tracking_uri", None), "--tracking-uri",
+                                "every local user can read it in the process list while the command runs")
+        if refused:
+            raise ValueError(refused)
         status = COMMANDS[args.command](args)
         sys.stdout.flush()  # inside the try: a reader that went away is seen here, not at exit
         return status

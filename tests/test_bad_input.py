@@ -181,6 +181,15 @@ CARD = [
     (C + ["--eps", "1e-4", "--band-method", "exact-cp"], 2,
      "the exact-cp band cannot certify eps = 0.0001 with up to 2000 reruns"),
     (C + ["--nope"], 2, "unrecognized arguments: --nope"),
+    # a secret on the command line: in the process list while the command runs
+    (["card", "--experiment-name", "exp", "--tracking-uri", "http://u:Pw-3e1-secret@127.0.0.1:9"], 2,
+     "--tracking-uri holds a password (http://u:***@127.0.0.1:9), and every local user can read it in the process "
+     "list while the command runs: give --tracking-uri=http://127.0.0.1:9 and the user and password in the "
+     "environment, MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD."),
+    (["card", "--experiment-name", "exp", "--tracking-uri", "https://ghp_Tok3n@example.invalid"], 2,
+     "--tracking-uri holds a user name or token (https://***@example.invalid)"),
+    (["card", "--experiment-name", "exp", "--tracking-uri", "postgresql://mlflow:Pw-3e1-secret@127.0.0.1:1/db"], 2,
+     "where the database's client reads them (PostgreSQL: ~/.pgpass or PGPASSWORD"),
 ]
 
 CASES = BOUND + CARD
@@ -266,7 +275,7 @@ def test_bad_input(args, code, fragment, places, capsys, monkeypatch):
     assert rc == code, (rc, err)
     assert len(lines) == 1 and lines[0].startswith("recipe-audit: error: "), err
     assert fragment in lines[0], lines[0]
-    assert "Traceback" not in err and not out
+    assert "Traceback" not in err and not out and "secret" not in err and "Tok3n" not in err
     assert elapsed < procs.timeout(1.0 if args[:1] != ["card"] else 8.0), elapsed  # at once (card: one read of the store)
 
 

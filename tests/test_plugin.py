@@ -246,7 +246,7 @@ def test_resume_in_the_directory_of_another_recipe_refuses_naming_both(tmp_path,
     (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.taus=[]"], "hydra.callbacks.recipe_audit.taus must be finite numbers, at least one"),
     ([*PLUGIN, "seed=a,b"], "seed values must be integers"),
     (["seed=range(3)", *PLUGIN, "hydra.callbacks.recipe_audit.tracking_uri=http://u:secret@127.0.0.1:9"],
-     "The MLflow tracking server at http://127.0.0.1:9 is not reachable"),  # the credentials in the environment
+     "hydra.callbacks.recipe_audit.tracking_uri holds a password (http://u:***@127.0.0.1:9)"),  # never written
 ])
 def test_bad_input_stops_before_any_job(tmp_path, store, args, needle):
     """The user's ``train.py`` run in this process (helpers.inprocess): the same Hydra entry
@@ -629,11 +629,15 @@ def test_an_app_that_logs_and_returns_nothing_is_told_what_to_set(tmp_path, stor
     assert "none of its 2 finished rerun(s) logged a metric" in last and "+optimized_metric=test/acc" in last
 
 
-def test_a_password_in_the_tracking_uri_is_sent_never_shown(tmp_path, store, monkeypatch):
-    """tracking_uri=http://admin:PW@host: the password goes to the server as HTTP basic auth (through
-    MLFLOW_TRACKING_USERNAME/_PASSWORD) and nowhere else: not in what the sweep prints (MLflow's own
-    "View run ... at:" lines printed it 8 times in a 2-seed sweep), not in the sweep file (0600), not in
-    a param or tag. The server is MLflow's own app in a thread of this process, as a user's server."""
+def test_a_password_in_the_tracking_uri_is_refused_and_the_environments_is_sent_never_shown(tmp_path, store,
+                                                                                            monkeypatch):
+    """tracking_uri=http://admin:PW@host is refused before anything is written (one sentence naming
+    MLFLOW_TRACKING_USERNAME/_PASSWORD, exit 2, no sweep folder, no run): Hydra would write it into
+    multirun.yaml and .hydra/, and a command line is in every local user's process list. Given
+    there, the password goes to the server as HTTP basic auth and nowhere else: not in what the
+    sweep prints (MLflow's own "View run ... at:" lines), not in a file of the sweep folder, not in
+    a param, tag or artifact. The server is MLflow's own app in a thread of this process, as a
+    user's server (tests/test_tracking_server.py does the same against a real one with basic auth)."""
     import base64
     import stat
     import threading
@@ -662,21 +666,34 @@ def test_a_password_in_the_tracking_uri_is_sent_never_shown(tmp_path, store, mon
     host = f"127.0.0.1:{server.server_port}"
     try:
         app = _app(tmp_path, PLAIN_APP)
-        proc = run_script_here(app / "train.py", [
+        refused = run_script_here(app / "train.py", [
             "-m", "seed=range(2)", *PLUGIN, f"hydra.callbacks.recipe_audit.tracking_uri=http://admin:{password}@{host}",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}"], env_extra={"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "false"})
+            f"hydra.sweep.dir={tmp_path / 'refused'}"])
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr
+        assert "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in refused.stderr.strip().splitlines()[-1]
+        assert password not in refused.stdout + refused.stderr and not (tmp_path / "refused").exists()
+        assert seen == set()  # not a request was made
+        proc = run_script_here(app / "train.py", [
+            "-m", "seed=range(2)", *PLUGIN, f"hydra.callbacks.recipe_audit.tracking_uri=http://{host}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}"], env_extra={
+                "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "false", "MLFLOW_TRACKING_USERNAME": "admin",
+                "MLFLOW_TRACKING_PASSWORD": password})
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, out[-3000:]
-        assert "View run" in out and f"http://{host}/#/experiments/" in out  # MLflow's lines, without the password
+        assert "View run" in out and f"http://{host}/#/experiments/" in out  # MLflow's lines
         assert password not in out
         sweep_file = tmp_path / "sweep" / sweeps.SWEEP_FILE
         assert stat.S_IMODE(sweep_file.stat().st_mode) == 0o600
-        assert password not in sweep_file.read_text() and f"http://{host}" in sweep_file.read_text()
+        written = [f for f in (tmp_path / "sweep").rglob("*") if f.is_file()]
+        assert any(f.name == "multirun.yaml" for f in written) and any(f.name == "overrides.yaml" for f in written)
+        assert [f for f in written if password.encode() in f.read_bytes()] == []
         client = MlflowClient(f"http://{host}")
         runs = client.search_runs([client.get_experiment_by_name("train").experiment_id])
         assert len(_kind(runs, keys.KIND_RERUN)) == 2
         for r in runs:
             assert password not in json.dumps([r.data.params, r.data.tags]), r.info.run_id
+        artifacts = [f for f in (tmp_path / "artifacts").rglob("*") if f.is_file()]
+        assert artifacts and [f for f in artifacts if password.encode() in f.read_bytes()] == []
         assert f"Basic {base64.b64encode(f'admin:{password}'.encode()).decode()}" in seen  # sent, as basic auth
     finally:
         server.shutdown()

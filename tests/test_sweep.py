@@ -121,6 +121,30 @@ def test_bad_input_is_one_sentence(tmp_path, store, args, needle):
     assert needle in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("flags, override, needle", [
+    ([], "tracking.uri=http://admin:{pw}@127.0.0.1:9",
+     "tracking.uri holds a password (http://admin:***@127.0.0.1:9), and Hydra would write it"),
+    (["-m", "seed=range(2)"], "tracking.uri=http://admin:{pw}@127.0.0.1:9",
+     "tracking.uri holds a password (http://admin:***@127.0.0.1:9), and Hydra would write it"),
+    (["-m", "seed=range(2)"], "+hydra.job.env_set.MLFLOW_TRACKING_PASSWORD={pw}",
+     "The override +hydra.job.env_set.MLFLOW_TRACKING_PASSWORD=... would put"),
+], ids=["run", "multirun", "env_set"])
+def test_a_password_in_the_tracking_uri_is_refused_before_anything_is_written(tmp_path, store, flags, override,
+                                                                               needle):
+    """Hydra writes the overrides into .hydra/ (and multirun.yaml) as a job starts: the password is
+    refused in the callback's first hook, before, with one sentence that says where it goes."""
+    password = "Pw-7c2e-secret"
+    before = {p for p in tmp_path.rglob("*")}
+    proc = run_module_here([*flags, *SMALL, override.format(pw=password), f"hydra.sweep.dir={tmp_path}/sweep"],
+                           cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("recipe_audit: error: ") and needle in last, last
+    assert "MLFLOW_TRACKING_PASSWORD" in last
+    assert password not in proc.stdout + proc.stderr
+    assert {p for p in tmp_path.rglob("*")} == before  # no outputs/, no sweep folder, nothing
+
+
 def test_bad_input_in_a_process_of_its_own_is_one_sentence(tmp_path, store):
     proc = run_app([*SMALL, "recipe.lrr=0.1", f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path, timeout=120)
     assert proc.returncode == 1, proc.stderr[-2000:]

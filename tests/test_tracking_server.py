@@ -225,15 +225,67 @@ def test_tracking_server_postgres_auth_parallel_ci(server, tmp_path, monkeypatch
     refused = run_app(["-m", "seed=range(2)", f"hydra.sweep.dir={tmp_path / 'refused'}", *SMALL], cwd=tmp_path,
                       env_extra={**ENV, **no_creds, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}, timeout=300)
     assert refused.returncode != 0
-    # with them: a parallel sweep logs every rerun, the card is computed once from the server
-    creds = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": "s3cret-Admin-pw"}
+    # the password in the tracking URI: refused before anything is written or sent
+    host = urlsplit(uri).netloc
+    in_uri = run_app(["-m", "seed=range(2)", f"hydra.sweep.dir={tmp_path / 'in_uri'}", *SMALL,
+                      f"tracking.uri=http://admin:{ADMIN_PW}@{host}"], cwd=tmp_path,
+                     env_extra={**ENV, **no_creds}, timeout=300)
+    assert in_uri.returncode == 2 and "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in in_uri.stderr
+    assert ADMIN_PW not in in_uri.stdout + in_uri.stderr and not (tmp_path / "in_uri").exists()
+    # with them in the environment: a parallel sweep logs every rerun, the card is computed once from
+    # the server; the password is in no process's arguments while it runs (the launcher's workers
+    # included), in no file of the sweep folder, no logged artifact and nothing printed
+    import threading
+    import time
+
+    creds = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": ADMIN_PW}
     sweep_dir = tmp_path / "sweep"
-    proc = run_app(["-m", "hydra/launcher=local_parallel", "seed=range(4)", f"hydra.sweep.dir={sweep_dir}", *SMALL],
-                   cwd=tmp_path, env_extra={**ENV, **creds}, timeout=600)
+    seen_args, leaks, done = [0], [], threading.Event()
+
+    def ppid(pid):
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def watch():  # every process's arguments, every 0.2 s while the sweep runs
+        while not done.is_set():
+            argvs = _argvs()
+            app = {pid for pid, a in argvs.items() if "-m recipe_audit" in a and str(sweep_dir) in a}
+            workers = [pid for pid in argvs if ppid(pid) in app]  # the launcher's loky workers
+            seen_args[0] = max(seen_args[0], len(workers) if app else 0)
+            leaks.extend(a.replace(ADMIN_PW, "<admin password>")[:300] for a in argvs.values() if ADMIN_PW in a)
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        proc = run_app(["-m", "hydra/launcher=local_parallel", "seed=range(4)", f"hydra.sweep.dir={sweep_dir}",
+                        f"tracking.uri={uri}", *SMALL], cwd=tmp_path, env_extra={**ENV, **creds}, timeout=600)
+    finally:
+        done.set()
+        watcher.join(timeout=10)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (proc.stdout + proc.stderr).count("Recipe cards (") == 1
     cell = json.loads((sweep_dir / "card" / "card.json").read_text())["cells"][0]
     assert cell["n_reruns"] == 4 and cell["unfinished"] == []
+    assert seen_args[0] >= 1 and leaks == []  # the app and its workers were seen, without the password
+    assert ADMIN_PW not in proc.stdout + proc.stderr
+    written = [f for f in sweep_dir.rglob("*") if f.is_file()]
+    assert any(f.name == "multirun.yaml" for f in written)
+    assert [str(f) for f in written if ADMIN_PW.encode() in f.read_bytes()] == []
+    from mlflow.tracking import MlflowClient
+
+    for k, v in creds.items():
+        monkeypatch.setenv(k, v)
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("recipe_audit")
+    reruns = client.search_runs([exp.experiment_id], "tags.`recipe_audit.kind` = 'rerun'")
+    got = Path(client.download_artifacts(reruns[0].info.run_id, "", str(tmp_path / "artifacts")))
+    artifacts = [f for f in got.rglob("*") if f.is_file()]
+    assert any(f.name == "config.yaml" for f in artifacts), artifacts  # the rerun's resolved config
+    assert [str(f) for f in artifacts if ADMIN_PW.encode() in f.read_bytes()] == []
+    assert all(ADMIN_PW not in json.dumps([r.data.params, r.data.tags]) for r in reruns)
     # four concurrent writers into the server lose no run and no metric
     for k, v in creds.items():
         monkeypatch.setenv(k, v)

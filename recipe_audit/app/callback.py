@@ -203,9 +203,34 @@ class RecipeAuditCallback(Callback):
     def _jobs_kind(self) -> JobsKind:
         return JobsKind(self.run_kind, self.failed_noun, self.failed_consequence)
 
+    def _refuse_a_secret_in_the_uri(self, config: DictConfig) -> None:
+        """A password in the tracking URI of the config (an override such as
+        ``tracking.uri=http://user:pw@host``, the callback's own option, a config file) is refused
+        before Hydra writes anything: Hydra would write it into the sweep's files (``multirun.yaml``,
+        ``.hydra/``), the rerun's config artifact would hold it, and the process list shows a
+        command line to every local user. One sentence naming ``MLFLOW_TRACKING_USERNAME`` /
+        ``MLFLOW_TRACKING_PASSWORD``, exit 2."""
+        from recipe_audit.store.uris import secret_in_uri
+
+        sentence = secret_in_uri(self.tracking_uri if isinstance(self.tracking_uri, str) else None,
+                                 option_name(config, "tracking_uri"),
+                                 "Hydra would write it into the sweep's files (multirun.yaml, .hydra/) and each rerun's "
+                                 "config, where other users can read it, as they can read a command line in the "
+                                 "process list")
+        if sentence:
+            stop(sentence)
+        for override in [*(OmegaConf.select(config, "hydra.overrides.task") or []),
+                         *(OmegaConf.select(config, "hydra.overrides.hydra") or [])]:
+            key = str(override).split("=", 1)[0]
+            if key.rsplit(".", 1)[-1] == "MLFLOW_TRACKING_PASSWORD" and "=" in str(override):
+                stop(f"The override {key}=... would put the tracking server's password into the sweep's files "
+                     "(multirun.yaml, .hydra/), where other users can read it, as they can read a command line in "
+                     "the process list: export MLFLOW_TRACKING_PASSWORD in the environment instead.")
+
     # -- a single run ----------------------------------------------------------------------------
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._refuse_a_secret_in_the_uri(config)  # before Hydra writes the run's .hydra/ files
         if rank() != 0:
             return
         try:
@@ -230,6 +255,7 @@ class RecipeAuditCallback(Callback):
         from recipe_audit.app.sweepers import check_sweeper_config
         from recipe_audit.store import sweeps
 
+        self._refuse_a_secret_in_the_uri(config)  # before Hydra writes multirun.yaml and the jobs' .hydra/
         try:
             self._check(config)
             seeds = planned_seeds(config, self.seed_key)

@@ -43,6 +43,30 @@ def remember_file(uri: str) -> None:
     atexit.register(checkpoint_store, uri)
 
 
+#: Set to 1 (or true, yes) to create a local store as the umask says, for other users to read;
+#: by default a store recipe_audit creates is its owner's alone.
+SHARE_ENV = "RECIPE_AUDIT_SHARE_STORE"
+
+
+def private_store() -> bool:
+    """Whether a local store created now is readable by its owner only (the default; ``$RECIPE_AUDIT_SHARE_STORE``
+    set to 1 keeps the umask's modes)."""
+    return os.environ.get(SHARE_ENV, "").strip().lower() not in ("1", "true", "yes")
+
+
+def make_store_dir(path: Path) -> None:
+    """The folder of a local store (or its artifacts), created when missing: mode 0700 unless the
+    store is shared (:func:`private_store`); a folder that exists is left as it is."""
+    path = Path(path)
+    if path.is_dir():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700 if private_store() else 0o777)  # 0777: as the umask says
+    except FileExistsError:
+        return  # another process made it first
+
+
 def create_store(uri: str) -> None:
     """A SQLite store that does not exist yet is made whole beside its place and linked there at
     once (``os.link`` refuses when the name exists): a process that opens the store afterwards,
@@ -62,6 +86,8 @@ def create_store(uri: str) -> None:
                 from mlflow.tracking import MlflowClient
 
                 MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)  # every table, at head
+            if private_store():  # before it is linked in place: SQLite gives its -wal and -shm files its mode
+                os.chmod(tmp, 0o600)
             try:
                 os.link(tmp, db)
             except FileExistsError:

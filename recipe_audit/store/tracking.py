@@ -96,7 +96,7 @@ def check_reachable(uri: str, timeout_s: float = 5.0, wait_s: float = 0.0) -> No
     elif uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///"):])
         try:
-            db.parent.mkdir(parents=True, exist_ok=True)
+            sqlite.make_store_dir(db.parent)  # 0700 when recipe_audit makes it (unless shared)
         except OSError as exc:
             raise TrackingError(f"Cannot create the tracking store directory {db.parent} ({exc.strerror}).") from None
         if not os.access(db.parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):
@@ -222,10 +222,15 @@ def _first_look(uri: str, experiment_name: str):
     client = client_for(uri)
     exp = client.get_experiment_by_name(experiment_name)
     if exp is None:
+        location = _default_artifact_location(uri)
+        if location is not None:  # the artifacts' folder, its owner's alone (unless shared)
+            from urllib.parse import unquote, urlsplit
+
+            sqlite.make_store_dir(Path(unquote(urlsplit(location).path)))
         try:
             # MLflow 3's UI opens an experiment of this kind on its runs table ("Model
             # training"), not on the GenAI overview (traces, an assistant)
-            client.create_experiment(experiment_name, artifact_location=_default_artifact_location(uri),
+            client.create_experiment(experiment_name, artifact_location=location,
                                      tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
         except MlflowException as exc:
             # another sweep created it meanwhile, or a retried request did: it exists, as wanted

@@ -93,6 +93,40 @@ def credentials_to_env(uri: str, environ=None) -> str:
     return without_credentials(uri)
 
 
+def secret_in_uri(uri: str | None, named: str, shown_where: str) -> str | None:
+    """The sentence that refuses a tracking URI holding a secret where it would be seen, else
+    None: a password in any URI (``http://user:pw@host``, ``postgresql://user:pw@host/db``), or any
+    user info in a server's URI (``https://TOKEN@host``). ``named``: how the user gave the URI
+    (``tracking.uri``, ``--tracking-uri``); ``shown_where``: who would see it there. The sentence
+    names where the secret goes instead: a server's user and password in
+    ``$MLFLOW_TRACKING_USERNAME`` / ``$MLFLOW_TRACKING_PASSWORD``, a database's password where its
+    client reads it.
+
+    >>> print(secret_in_uri("http://admin:pw@127.0.0.1:5000", "--tracking-uri", "every local user sees it in the process list"))
+    --tracking-uri holds a password (http://admin:***@127.0.0.1:5000), and every local user sees it in the process list: give --tracking-uri=http://127.0.0.1:5000 and the user and password in the environment, MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD.
+    >>> secret_in_uri("http://127.0.0.1:5000", "x", "y") is None, secret_in_uri("postgresql://mlflow@db/m", "x", "y") is None
+    (True, True)
+    """
+    if not uri:
+        return None
+    m = _USERINFO.match(uri.strip())
+    if m is None:
+        return None
+    server = m.group("scheme").lower() in ("http://", "https://")
+    if not server and ":" not in m.group("userinfo"):
+        return None  # a database user without a password (its password in ~/.pgpass): no secret
+    what = "a password" if ":" in m.group("userinfo") else "a user name or token"
+    bare = without_credentials(uri.strip())
+    if server:
+        where = (f"the user and password in the environment, {ENV_USERNAME} and {ENV_PASSWORD}")
+    else:
+        where = (f"the user and password where the database's client reads them (PostgreSQL: ~/.pgpass or "
+                 f"PGPASSWORD; the user may stay in the URI), as {ENV_USERNAME} and {ENV_PASSWORD} hold a "
+                 "tracking server's")
+    return (f"{named} holds {what} ({mask_credentials(uri.strip())}), and {shown_where}: give {named}={bare} and "
+            f"{where}.")
+
+
 def absolute_uri(uri: str, cwd: str | None = None) -> str:
     """``uri`` with a relative local path made absolute (against ``cwd``, default the working
     directory), so that it names the same store from anywhere: ``sqlite:///mlruns/mlflow.db`` ->
