@@ -258,15 +258,26 @@ def tag_sweep_with_cards(info: SweepInfo, entries: list[dict[str, Any]], descrip
                          tags=tags[i:i + MAX_PARAMS_PER_CALL])
 
 
+def _never_ran(entry: dict[str, Any]) -> str:
+    """`` (3 never ran)`` for an entry whose planned reruns did not all start, else nothing."""
+    m = sum(1 for u in entry.get("unfinished") or () if u.get("reason") == "never-logged")
+    return f" ({m} never ran)" if m else ""
+
+
 def sweep_run_name(sweep_id: str, entries: list[dict[str, Any]]) -> str:
     """The sweep's run name once its card is known, what matters first, so the runs table's one
     default text column (narrow: it shows the first twenty characters or so) shows it: ``6/59
-    fail τ 0.7 · unsupported · U 0.172 · sweep-<id>`` (each τ of the card, ``;`` between); several
+    fail τ 0.7 · unsupported · U 0.172 · sweep-<id>`` (each τ of the card, ``;`` between; ``6/59
+    fail τ 0.7 (3 never ran)`` when planned reruns never started); several
     recipes or metrics: ``1 of 4 cells release-supported · sweep-<id>``.
 
     >>> sweep_run_name("ab12", [{"label": "default", "metric": "m", "tau": 0.7, "verdict": "unsupported",
     ...                          "n_failures": 6, "n_reruns": 59, "upper_bound": 0.1717}])
     '6/59 fail τ 0.7 · unsupported · U 0.172 · sweep-ab12'
+    >>> sweep_run_name("ab12", [{"label": "default", "metric": "m", "tau": 0.7, "verdict": "unsupported",
+    ...                          "n_failures": 9, "n_reruns": 59, "upper_bound": 0.2358,
+    ...                          "unfinished": [{"seed": 57, "reason": "never-logged"}, {"seed": 58, "reason": "never-logged"}]}])
+    '9/59 fail τ 0.7 (2 never ran) · unsupported · U 0.236 · sweep-ab12'
     """
     if len({(e["label"], e["metric"]) for e in entries}) > 1:
         ok = sum(1 for e in entries if e["verdict"] == "release-supported")
@@ -274,8 +285,8 @@ def sweep_run_name(sweep_id: str, entries: list[dict[str, Any]]) -> str:
     else:
         verdict = "; ".join(
             f"τ {e['tau']:g} · {e['verdict']}" if e.get("upper_bound") is None else
-            f"{e['n_failures']}/{e['n_reruns']} fail τ {e['tau']:g} · {e['verdict']} · U {e['upper_bound']:.3f}"
-            for e in entries)
+            f"{e['n_failures']}/{e['n_reruns']} fail τ {e['tau']:g}{_never_ran(e)} · {e['verdict']} · "
+            f"U {e['upper_bound']:.3f}" for e in entries)
     tail = f" · sweep-{sweep_id}"
     if len(verdict) + len(tail) > 250:  # MLflow's run_name column holds 250
         verdict = verdict[:249 - len(tail)] + "…"
