@@ -349,6 +349,7 @@ class FamilyReading(Record):
     rank: int | None = None
     verdict: str | None = None
     more_clean_reruns_needed: int | None = None
+    upper_bound_level: float | None = None  # present where upper_bound is at Holm's level, not at delta
     key_order: tuple[str, ...] = _order()
     extra: Mapping[str, Any] = _extra()
 

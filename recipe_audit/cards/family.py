@@ -112,7 +112,10 @@ def apply_family(entries: list[dict[str, Any]], eps: float, delta: float,
                 obj.update({"upper_bound": mem.upper, "lower_bound": lower, "level": mem.level,
                             "p_value": mem.p_value, "rank": mem.rank, "verdict": verdict,
                             "more_clean_reruns_needed": mem.more_clean_reruns_needed})
+                if mem.upper_level != mem.family_delta:  # certified by Holm at its own level only
+                    obj["upper_bound_level"] = mem.upper_level
             if mem is not None and e.get("reading") == "anytime":  # an open-ended sweep: the sequence at δ/M
+                obj.pop("upper_bound_level", None)
                 ab = anytime_bound(c[1], c[2], eps, fd)
                 obj.update({"method": BONFERRONI, "level": fd, "p_value": None, "rank": None,
                             "upper_bound": ab.upper, "lower_bound": ab.lower, "sample_floor": ab.sample_floor,
@@ -150,7 +153,16 @@ def lead_family(e: dict[str, Any], fam: dict[str, Any], eps: float) -> None:
     m, fd = fam["size"], fam["delta"]
     k, n = e.get("n_failures"), e.get("n_reruns")
     head = f"Chosen from a family of M = {m} recipe identities, each bounded at δ/M = {fd:.3g}: "
-    if v == exact.SUPPORTED:
+    at = fam.get("upper_bound_level")
+    if v == exact.SUPPORTED and at is not None:  # certified by Holm's step-down at a level above δ/M
+        k_up, _, n_up = _counts(e)
+        u_fd = exact.shown_beside(exact.upper_bound(k_up, n_up, fd), eps, above=True)
+        head = f"Chosen from a family of M = {m} recipe identities, tested by Holm's step-down: "
+        why = (f"{k} of {n} reruns failed; at the level that certified it, δ/(M − r + 1) = {at:.3g} "
+               f"(rank r = {fam['rank']} of {m}), U = {exact.shown_beside(u, eps, above=False)} ≤ ε = {eps:g} "
+               f"(at δ/M = {fd:.3g} it is {u_fd}), so the recipe is release-supported whichever of the family "
+               "was chosen.")
+    elif v == exact.SUPPORTED:
         why = (f"{k} of {n} reruns failed, U = {exact.shown_beside(u, eps, above=False)} ≤ ε = {eps:g}, "
                "so the recipe is release-supported whichever of the family was chosen.")
     elif v == exact.STRONG_UNSUPPORTED:
@@ -178,6 +190,8 @@ def lead_rows(doc: RecipeCard) -> list[list[str]]:
         k = "—" if e.n_failures is None else str(e.n_failures)
         u = "—" if f.upper_bound is None or not math.isfinite(f.upper_bound) else \
             exact.shown_beside(f.upper_bound, e.eps, above=f.verdict != exact.SUPPORTED, digits=3, fixed=True)
+        if f.upper_bound_level is not None and u != "—":  # certified by Holm at its own level: stated there
+            u += f" at Holm's level {f.upper_bound_level:.3g}"
         rows.append([e.label, e.audit_set or e.metric, f"{e.tau:g}", f"{k}/{e.n_reruns}", u,
                      f.verdict, f.pointwise_verdict])
     return rows

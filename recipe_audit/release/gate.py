@@ -205,7 +205,8 @@ def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = No
                                     f"{first.message}{more}.", summary, checks, evid)
     fam = e.get("family") or {}
     if m > 1 and not policy.pointwise:
-        u = f"U at δ/M = {float(fam['upper_bound']):.3f}"
+        u = (f"U at δ/M = {float(fam['upper_bound']):.3f}" if fam.get("upper_bound_level") is None else
+             f"U at Holm's level {float(fam['upper_bound_level']):.3g} = {float(fam['upper_bound']):.3f}")
         how = f"release-supported family-wise (chosen from M = {m} recipe identities)"
     else:
         u, how = f"U = {float(own_reading(e)['upper_bound']):.3f}", "release-supported"

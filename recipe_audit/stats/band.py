@@ -77,7 +77,7 @@ from recipe_audit.stats.bounds import clopper_pearson_upper, sample_floor
 from recipe_audit.stats.checks import check_delta, check_eps
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
-from recipe_audit.stats.floors import first_passing
+from recipe_audit.stats.floors import checked_floor, first_passing
 
 __all__ = [
     "BAND_METHODS",
@@ -412,7 +412,9 @@ def band_sample_floor(eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, me
 
     A method named explicitly is searched only up to the size ``method="auto"`` would use it for
     (``EXACT_CP_MAX_N``, ``EXACT_KS_MAX_N``; DKW has a closed form), so the time does not grow with
-    ``1/eps``: an ``eps`` it cannot certify within that is refused.
+    ``1/eps``: an ``eps`` it cannot certify within that is refused. So is an ``eps`` whose floor lies
+    beyond ``MAX_RERUNS`` (10^15) reruns, in one sentence (the pointwise floor, which no band
+    certifies below, is checked first: ``eps = 5e-324`` is refused before any band is searched).
 
     Found by bisection on ``n`` starting from the pointwise floor ``N_min`` (no band can certify
     below it, since its local level is at most ``delta``), and checked on the band itself:
@@ -426,6 +428,9 @@ def band_sample_floor(eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, me
     d = check_delta(delta)
     if method not in ("auto", *BAND_METHODS):
         raise StatsInputError(f"unknown band method {method!r}; use one of {', '.join(BAND_METHODS)} or 'auto'.")
+    # no band certifies below the pointwise floor: past the rerun limit, refused before any search
+    checked_floor(sample_floor(e, d), e, d, where=" with a simultaneous band",
+                  name="the pointwise sample floor, below the band's,")
     if method == "auto":
         floor = _auto_floor(e, d)
     else:
@@ -440,7 +445,7 @@ def band_sample_floor(eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, me
 
     if floor < _FLOAT_EXACT and (lev0(floor) > e or (floor > 1 and lev0(floor - 1) <= e)):
         raise AssertionError("band sample floor failed its check")
-    return floor
+    return checked_floor(floor, e, d, where=" with a simultaneous band", name="the band's sample floor")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,11 +4,11 @@ failure budget ``eps`` and the risk ``delta``, each refused with one sentence
 arrays are not (the array statistics check theirs in :mod:`.array_checks`).
 
 ``eps`` and ``delta`` are read as the numbers typed: a decimal given as text (the command line's
-``--delta 0.31381059609``), a ``Fraction`` or a ``Decimal`` exactly (:class:`Typed`); a float whose
-shortest decimal form has at most 15 significant digits as that decimal (every such decimal comes
-back from its float unchanged, so ``0.31381059609`` is 31381059609/10**11 however it arrived), any
-other float as the simplest fraction that rounds to it (``1/3`` is 1/3, ``2**-50`` is 1/2**50)
-(:func:`rational`). The sample floor and the verdict's exact ties read these numbers.
+``--delta 0.31381059609``), a ``Fraction`` or a ``Decimal`` exactly (:class:`Typed`); a float as the
+exact decimal of its shortest ``repr`` (:func:`rational`), which is what was typed wherever a float
+came from a decimal in Python source, a YAML file or a Hydra override: ``0.2724905250390625``
+(``0.85**8``, 16 digits) is that decimal however it arrived, so every door gives one answer. The
+sample floor and the verdict's exact ties read these numbers.
 """
 
 from __future__ import annotations
@@ -158,42 +158,26 @@ def check_delta(delta) -> float:
     return d
 
 
-def _simplest_between(lo: Fraction, hi: Fraction) -> Fraction:
-    """The fraction with the smallest denominator in ``[lo, hi]`` (``0 <= lo <= hi``)."""
-    fl = lo.numerator // lo.denominator
-    if fl == lo or fl + 1 <= hi:
-        return Fraction(fl if fl == lo else fl + 1)
-    return fl + 1 / _simplest_between(1 / (hi - fl), 1 / (lo - fl))
-
-
 def rational(x: float) -> Fraction:
-    """The exact number ``x`` stands for, ``0 < x < 1``: a :class:`Typed` number's own value; for a
-    float, its shortest decimal form when that has at most 15 significant digits (``0.3`` -> 3/10,
-    ``0.31381059609`` -> 31381059609/10**11: every decimal of up to 15 digits comes back from its
-    float unchanged, so this is the decimal typed), else the simplest fraction that rounds to it
-    (``1/3`` -> 1/3, ``2**-50`` -> 1/2**50)."""
+    """The exact number ``x`` stands for: a :class:`Typed` number's own value (a ``Fraction``, a
+    ``Decimal`` or an ``int``: itself); for a float, the exact decimal of its shortest ``repr``
+    (``0.3`` -> 3/10, ``0.2724905250390625`` -> 2724905250390625/10**16, ``1/3`` ->
+    3333333333333333/10**16), the decimal a person typed to get that float. A number no float holds
+    (1/3, 2**-50 written out) keeps its exact value given as text, a ``Fraction`` or a ``Decimal``.
+
+    >>> rational(0.2724905250390625) == Fraction(17, 20) ** 8
+    True
+    """
     if isinstance(x, Typed):
         return x.exact
+    if isinstance(x, (Fraction, Decimal, int)) and not isinstance(x, bool):
+        return Fraction(x)
     return _rational_float(float(x))
 
 
 @lru_cache(maxsize=1024)
 def _rational_float(x: float) -> Fraction:
-    text = repr(x)
-    mantissa = text.split("e")[0].replace("-", "").replace(".", "").lstrip("0")
-    if len(mantissa) <= 15 and "inf" not in text and "nan" not in text:
-        return Fraction(text)
-    return _simplest(x)
-
-
-def _simplest(x: float) -> Fraction:
-    """The simplest fraction that rounds to the float ``x`` (``1/3`` -> 1/3)."""
-    exact = Fraction(x)
-    below, above = math.nextafter(x, 0.0), math.nextafter(x, 1.0)
-    lo = (exact + Fraction(below)) / 2
-    hi = (exact + Fraction(above)) / 2
-    best = _simplest_between(lo, hi)
-    return best if float(best) == x and best > 0 else exact
+    return Fraction(repr(x))
 
 
 def scaled(delta: float, m: int) -> float:

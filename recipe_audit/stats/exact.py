@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 from recipe_audit.stats.checks import check_counts, check_delta, check_eps, rational
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
@@ -138,19 +139,36 @@ _EXACT_TIE_BITS = 400_000
 _TIE_BAND = 1e-9  # tails this close to delta (relatively) are summed again exactly
 
 
-def _exact_cdf_at_most(k: int, n: int, e: float, d: float) -> bool | None:
-    """``P(Binomial(n, E) <= k) <= D`` in rational arithmetic, on the numbers ``e`` and ``d`` stand
-    for (:func:`rational`); None when the sum would be too large to take."""
-    E, D = rational(e), rational(d)
+def _split(n: int, en: int, an: int, lo: int, hi: int) -> tuple[int, int, int]:
+    """Binary splitting of ``sum_{j=lo+1}^{hi} prod_{i=lo+1}^{j} p_i / q_i`` with ``p_i = (n - i + 1) en``
+    and ``q_i = i an`` (the ratio of consecutive binomial terms): ``(prod p, prod q, T)``, the sum
+    being ``T / prod q``. Its cost is a few products of the final size, not ``k`` of them."""
+    if hi - lo == 1:
+        p = (n - hi + 1) * en
+        return p, hi * an, p
+    mid = (lo + hi) // 2
+    p1, q1, t1 = _split(n, en, an, lo, mid)
+    p2, q2, t2 = _split(n, en, an, mid, hi)
+    return p1 * p2, q1 * q2, t1 * q2 + p1 * t2
+
+
+def _exact_cdf_at_most(k: int, n: int, E: Fraction, D: Fraction) -> bool | None:
+    """``P(Binomial(n, E) <= k) <= D`` in integer arithmetic, on the exact numbers ``E`` and ``D``
+    (:func:`rational`); None when the sum would be too large to take (more than ``MAX_TERMS``
+    terms, or a denominator ``c**n`` of more than ``_EXACT_TIE_BITS`` bits)."""
     if n * max(E.denominator.bit_length(), 1) > _EXACT_TIE_BITS or k > MAX_TERMS:
         return None
-    A = 1 - E
-    num_e, num_a, den = E.numerator, A.numerator, E.denominator  # E and A share a denominator
-    total, c = 0, 1
-    for j in range(k + 1):
-        total += c * num_e**j * num_a ** (n - j)
-        c = c * (n - j) // (j + 1)
-    return Fraction(total, den**n) <= D
+    return _exact_sum_at_most(k, n, E, D)
+
+
+@lru_cache(maxsize=64)
+def _exact_sum_at_most(k: int, n: int, E: Fraction, D: Fraction) -> bool:
+    """With ``E = e/c`` and ``1 - E = a/c``: ``P(X <= k) = a**n (1 + T/Q) / c**n``, where ``T/Q``
+    sums the ratios of the terms to the first (:func:`_split`), so the test is one comparison of
+    integers: well under a second for every sum :func:`_exact_cdf_at_most` takes."""
+    en, an, c = E.numerator, (1 - E).numerator, E.denominator  # E and 1 - E share a denominator
+    q, t = (1, 0) if k == 0 else _split(n, en, an, 0, k)[1:]
+    return an**n * (q + t) * D.denominator <= D.numerator * q * c**n
 
 
 def _below_budget(k: int, n: int, e: float, d: float) -> bool:
@@ -166,7 +184,7 @@ def _below_budget(k: int, n: int, e: float, d: float) -> bool:
                       f"P(Binomial({n}, eps) <= {k})")
         gap = math.log(tail) - math.log(d) if tail > 0 else -math.inf
     if abs(gap) <= _TIE_BAND:
-        decided = _exact_cdf_at_most(k, n, e, d)
+        decided = _exact_cdf_at_most(k, n, rational(e), rational(d))
         if decided is None:  # too close to delta for floating point, too large to sum exactly
             raise StatsInputError(
                 f"P(Binomial({n}, eps) <= {k}) is within a relative {_TIE_BAND:g} of delta, too close to "

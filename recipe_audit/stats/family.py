@@ -142,13 +142,20 @@ def _log_p(k: int, n: int, e: float) -> float:
 class FamilyMember:
     """One recipe's reading as a member of a family of ``family_size`` recipes.
 
-    ``upper``, ``lower``: the one-sided exact bounds at the family-wise risk ``δ / M`` (valid for
-    every member at once); ``sample_floor``: ``N_min`` at ``δ / M``; ``level``: the risk this recipe
+    ``upper``: the one-sided exact upper bound at the risk ``upper_level``, which is the family-wise
+    risk ``δ / M`` (a bound valid for every member at once), except for a member Holm's step-down
+    certifies at its own, larger level while its bound at ``δ / M`` exceeds ε: its ``upper`` is the
+    bound at the level that certified it (``upper_level == level``), at most ε. ``lower``: the lower
+    bound at ``δ / M``; ``sample_floor``: ``N_min`` at ``δ / M``; ``level``: the risk this recipe
     was tested at (``δ / M`` for Bonferroni, ``δ / (M - r + 1)`` for the r-th smallest p-value
     under Holm); ``p_value``: ``P(Binomial(n, ε) <= k)`` (1.0 for ``k >= nε``); ``rank``: its place
     in increasing p-value order (1 for a lone recipe); ``verdict``: the family-wise verdict;
-    ``pointwise_*``: the ordinary card at risk δ; ``more_clean_reruns_needed``: further clean
-    reruns that would certify it at ``δ / M``.
+    ``pointwise_*``: the ordinary card at risk δ; ``more_clean_reruns_needed``: 0 for a certified
+    member, else the further clean reruns that would certify it at ``δ / M``.
+
+    >>> a, b = family_bounds([(0, 29), (0, 25)], 0.1, 0.1).members
+    >>> b.verdict, b.level, b.upper_level, round(b.upper, 4), round(exact.upper_bound(0, 25, 0.05), 4)
+    ('release-supported', 0.1, 0.1, 0.088, 0.1129)
     """
 
     k: int
@@ -162,6 +169,7 @@ class FamilyMember:
     rank: int
     p_value: float
     upper: float
+    upper_level: float
     lower: float
     sample_floor: int
     more_clean_reruns_needed: int
@@ -216,12 +224,14 @@ def _member(k: int, n: int, e: float, d: float, m: int, method: str, level: floa
         verdict = exact.INSUFFICIENT
     else:
         verdict = exact.UNSUPPORTED
+    # the bound at the risk that decided the verdict: δ/M, or Holm's larger level where only it certifies
+    at = level if certified and not exact.certifies_at(k, n, e, fd, floor) else fd
     pw = exact.tail_bound(k, n, e, d)
     return FamilyMember(
         k=k, n=n, eps=e, delta=d, family_size=m, method=method, family_delta=fd, level=level, rank=rank,
-        p_value=math.exp(log_p), upper=exact.capped(exact.upper_bound(k, n, fd), e, verdict), lower=lower,
-        sample_floor=floor,
-        more_clean_reruns_needed=exact.more_needed(k, n, e, fd, floor), verdict=verdict,
+        p_value=math.exp(log_p), upper=exact.capped(exact.upper_bound(k, n, at), e, verdict), upper_level=at,
+        lower=lower, sample_floor=floor,
+        more_clean_reruns_needed=0 if certified else exact.more_needed(k, n, e, fd, floor), verdict=verdict,
         pointwise_upper=pw.upper, pointwise_lower=pw.lower, pointwise_sample_floor=pw.sample_floor,
         pointwise_verdict=pw.verdict,
     )

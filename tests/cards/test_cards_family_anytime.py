@@ -29,6 +29,8 @@ def stores(tmp_path_factory, migrated_mlflow_db):
     synthetic_sweep(uri, {s: 0.9 for s in range(40)}, experiment="three", recipe_id="a" * 16)
     synthetic_sweep(uri, {s: (0.5 if s == 3 else 0.9) for s in range(40)}, experiment="three", recipe_id="b" * 16)
     synthetic_sweep(uri, {s: 0.9 for s in range(10)}, experiment="three", recipe_id="c" * 16)
+    synthetic_sweep(uri, {s: 0.9 for s in range(29)}, experiment="holm", recipe_id="d" * 16)
+    synthetic_sweep(uri, {s: 0.9 for s in range(25)}, experiment="holm", recipe_id="e" * 16)
     return uri
 
 
@@ -56,6 +58,31 @@ def test_every_cell_states_the_family_and_both_verdicts(stores):
     assert [by_rid[r]["verdict"] for r in ("a" * 16, "b" * 16)] == ["release-supported"] * 2
     assert by_rid["a" * 16]["family"]["verdict"] == "release-supported"
     assert by_rid["b" * 16]["family"]["verdict"] == "unsupported"
+
+
+@pytest.mark.parametrize("family_size", [None, 2])
+def test_a_member_certified_by_holm_states_its_bound_at_that_level(stores, family_size):
+    """The issue's example: 0/29 and 0/25 clean reruns, ε = δ = 0.1, M = 2. Holm certifies 0/29 at
+    δ/2 and 0/25 at δ; the card stated "U at δ/M 0.100" for 0/25, whose bound is 0.1129 at δ/M and
+    0.0880 at the level that certified it. Each number now is the bound at the level it names."""
+    doc = _card(stores, "holm", opts=CardOptions(taus=(0.7,), family_size=family_size))
+    validate(doc)
+    by_n = {e["n_reruns"]: e for e in doc["cells"]}
+    first, second = by_n[29]["family"], by_n[25]["family"]
+    assert first["verdict"] == second["verdict"] == "release-supported"
+    assert "upper_bound_level" not in first and first["upper_bound"] == pytest.approx(1 - 0.05 ** (1 / 29))
+    assert second["upper_bound_level"] == 0.1 and second["level"] == 0.1 and second["rank"] == 2
+    assert second["upper_bound"] == pytest.approx(1 - 0.1 ** (1 / 25)) == pytest.approx(0.08799, abs=1e-5)
+    assert second["more_clean_reruns_needed"] == 0
+    md = to_markdown(RecipeCard.from_json(doc))
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "/25 |" in line and "0.088" in line]
+    assert rows and "0.088 at Holm's level 0.1 |" in rows[0], md
+    assert "| 0/29 | 0.098 |" in md and "0.100" not in md
+    if family_size:  # the family-wise reading leads: its sentence names the level and the δ/M bound
+        reason = by_n[25]["reason"]
+        assert "δ/(M − r + 1) = 0.1 (rank r = 2 of 2), U = 0.08799 ≤ ε = 0.1" in reason, reason
+        assert "(at δ/M = 0.05 it is 0.1129)" in reason and by_n[25]["upper_bound"] == second["upper_bound"]
+        assert "U = 0.1 " not in reason
 
 
 def test_summary_and_markdown_lead_with_the_family_wise_verdict(stores):

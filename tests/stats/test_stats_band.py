@@ -186,7 +186,7 @@ def test_band_sample_floor_values_and_checks():
     assert band_sample_floor(0.1, 0.1, "dkw") == math.ceil(math.log(10) / (2 * 0.01))
 
 
-@pytest.mark.parametrize("eps", [1e-4, 1e-5, 1e-7, 1e-12, 1e-15])
+@pytest.mark.parametrize("eps", [1e-4, 1e-5, 1e-7, 3.4e-8])
 def test_band_sample_floor_of_a_tiny_eps_is_the_dkw_closed_form_at_once(eps):
     # beyond EXACT_KS_MAX_N reruns the auto band is DKW: its floor is ceil(ln(1/delta) / (2 eps^2)),
     # found without building a band of that size (1e-12 once asked NumPy for 16.8 TiB, 1e-4 took 596 s)
@@ -202,6 +202,29 @@ def test_band_sample_floor_of_a_tiny_eps_is_the_dkw_closed_form_at_once(eps):
     bb = band_bounds([0.9] * 30, [0.7], eps=eps, delta=0.1)
     assert bb.sample_floor == f and bb.certified == (False,) and bb.band.method == "exact-cp"
     assert band_bounds([0.9] * 30, [0.7], eps=eps, with_floor=False).sample_floor is None
+
+
+@pytest.mark.parametrize("eps, words", [
+    (3.39e-8, "the band's sample floor at delta = 0.1 is 1e+15 reruns"),  # 3.4e-8: 9.96e14, accepted
+    (1e-12, "the band's sample floor at delta = 0.1 is 1.15e+24 reruns"),  # it returned 1.15e24
+    (1e-15, "the pointwise sample floor, below the band's, at delta = 0.1 is 2.3e+15 reruns"),
+    (5e-324, "the pointwise sample floor, below the band's, at delta = 0.1 is 4.6e+323 reruns"),  # OverflowError
+    (1e-200, "the pointwise sample floor, below the band's, at delta = 0.1 is 2.3e+200 reruns"),
+])
+def test_a_band_floor_past_the_rerun_limit_is_refused_in_one_sentence(eps, words):
+    """Past 10^15 reruns (the most a count may hold) the band's floor is refused, as the card
+    refuses it, and at an eps so small that its pointwise floor is beyond every float, before any
+    band is searched; band_bounds, which states the floor, refuses alike."""
+    import time
+
+    t0 = time.perf_counter()
+    for fn in (lambda: band_sample_floor(eps, 0.1), lambda: band_bounds([0.9] * 30, [0.7], eps=eps, delta=0.1)):
+        with pytest.raises(StatsInputError) as info:
+            fn()
+        text = str(info.value)
+        assert text.startswith(f"eps = {eps!r} is too small to certify with at most 10^15 reruns with a "
+                               "simultaneous band (") and words in text and "\n" not in text
+    assert time.perf_counter() - t0 < procs.timeout(2.0)
 
 
 @pytest.mark.parametrize("method, cap", [("exact-cp", band_mod.EXACT_CP_MAX_N), ("exact-ks", band_mod.EXACT_KS_MAX_N)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
@@ -173,7 +174,8 @@ def test_sample_floor_against_brute_force(eps, delta):
 
 @pytest.mark.parametrize("eps,delta,n_min", [
     (0.3, 0.49, 2),  # 0.7**2 == 0.49: a tie, N = 2 certifies (the floats give ln ratio 2.0000000000000004)
-    (0.5, 0.25, 2), (0.5, 0.125, 3), (0.5, 2**-50, 50), (0.9, 0.01, 2), (0.9, 0.001, 3),
+    (0.5, 0.25, 2), (0.5, 0.125, 3), (0.5, Fraction(1, 2**50), 50), (0.9, 0.01, 2), (0.9, 0.001, 3),
+    (0.5, 2**-50, 51),  # the float reads as its repr 8.881784197001252e-16, just below 2**-50
     (0.999999, 1e-300, 50),  # (1e-6)**50 == 1e-300
     (0.2, 0.4096, 4),  # 0.8**4
     (0.5, 0.4999999, 2), (0.5, 0.25000001, 2), (0.5, 0.24999999, 3),  # just either side of a tie
@@ -195,12 +197,16 @@ def test_sample_floor_tiny_eps_is_exact_and_immediate():
     assert time.perf_counter() - t0 < procs.timeout(0.5)
 
 
-def test_rational_reads_floats_as_their_simplest_fractions():
+def test_rational_reads_floats_as_their_shortest_repr():
+    """A float is the decimal of its shortest repr (what was typed); exact numbers stay exact."""
     assert checks.rational(0.3) == Fraction(3, 10)
     assert checks.rational(0.49) == Fraction(49, 100)
-    assert checks.rational(2**-50) == Fraction(1, 2**50)
-    assert checks.rational(1 / 3) == Fraction(1, 3)
-    for x in (0.1, 0.123456789012345, 1e-300, 5e-324, 0.9999999999999999):
+    assert checks.rational(0.2724905250390625) == Fraction(17, 20) ** 8  # 16 digits: the tie 0.85**8
+    assert checks.rational(2**-50) == Fraction("8.881784197001252e-16") != Fraction(1, 2**50)
+    assert checks.rational(1 / 3) == Fraction("0.3333333333333333")
+    assert checks.rational(Fraction(1, 3)) == Fraction(1, 3)
+    for x in (0.1, 0.123456789012345, 0.16677181699666569, 1e-300, 5e-324, 0.9999999999999999, 2**-50):
+        assert checks.rational(x) == Fraction(Decimal(repr(x)))  # the standard library's reading
         assert float(checks.rational(x)) == x
 
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
+from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import pytest
+from helpers import procs
 
 from recipe_audit.cli import main
 from recipe_audit.stats import anytime, checks, exact, family, tails
@@ -103,6 +106,59 @@ def test_exact_ties_with_failures(k, n, eps):
     below = _decimal(tie - Fraction(1, 10 ** (len(text) + 2)))
     assert verdict(k, n, eps, below) == "unsupported"
     assert exact.more_clean_reruns_needed(k, n, eps, below) == 1 or verdict(k, n + 1, eps, below) != "release-supported"
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded time on the exact tie path
+# ---------------------------------------------------------------------------------------------
+
+
+def _decimal_cdf(k: int, n: int, eps: str) -> Decimal:
+    """P(Binomial(n, eps) <= k) to about 60 digits: the terms by their ratio, in decimal arithmetic
+    (a second computation, independent of the integer sum the verdict takes)."""
+    with localcontext() as ctx:
+        ctx.prec = 70
+        e = Decimal(eps)
+        term = (1 - e) ** n
+        total = term
+        for j in range(k):
+            term = term * (n - j) / (j + 1) * e / (1 - e)
+            total += term
+        return +total
+
+
+@pytest.mark.parametrize("k, n, eps, delta", [
+    (3000, 79000, "0.04", "0.001767456930998235"),  # the issue's: 168 s
+    (3700, 7407, "0.5123456789012345", None),  # at the size limit: a 54-bit denominator, 7,407 reruns
+    (500, 57142, "0.01", None),
+    (4000, 39000, "0.123", None),  # MAX_TERMS failures
+])
+def test_the_exact_tie_path_answers_within_a_second(k, n, eps, delta):
+    """A δ within rounding of the tail sends the verdict to the exact sum; it answers within a
+    second (on a quiet machine; scaled for the load here) and agrees with a 70-digit decimal sum."""
+    tail = _decimal_cdf(k, n, eps)
+    delta = delta or repr(float(tail))  # the float nearest the tail: within rounding, not equal
+    assert abs(tail - Decimal(delta)) > tail * Decimal(10) ** -40  # so 70 digits decide it
+    exact._exact_sum_at_most.cache_clear()
+    calls = exact._exact_sum_at_most.cache_info().misses
+    t0 = time.perf_counter()
+    tb = tail_bound(k, n, eps, delta)
+    elapsed = time.perf_counter() - t0
+    assert exact._exact_sum_at_most.cache_info().misses > calls  # the exact path was taken
+    assert elapsed < procs.timeout(1.0), elapsed
+    certified = tail <= Decimal(delta)
+    assert (tb.verdict == "release-supported") == (certified and n >= tb.sample_floor)
+    assert (tb.more_clean_reruns_needed == 0) == (tb.verdict == "release-supported")
+
+
+def test_a_tie_beyond_the_exact_sum_is_refused_at_once():
+    """One rerun past the size the exact sum takes (5 bits a rerun at eps = 0.04): one sentence, at once."""
+    k, n = 3000, exact._EXACT_TIE_BITS // 5 + 1
+    delta = repr(float(_decimal_cdf(k, n, "0.04")))
+    t0 = time.perf_counter()
+    with pytest.raises(exact.StatsInputError, match="too close to decide in floating point and too large to sum"):
+        tail_bound(k, n, "0.04", delta)
+    assert time.perf_counter() - t0 < procs.timeout(1.0)
 
 
 # ---------------------------------------------------------------------------------------------

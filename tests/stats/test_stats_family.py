@@ -102,6 +102,61 @@ def test_holm_matches_closed_testing_brute_force():
         assert all(h or not b for h, b in zip(got, [x.verdict == "release-supported" for x in bonf.members], strict=True))
 
 
+def _beta_upper(k: int, n: int, risk: float) -> float:
+    """U by its definition, from SciPy: the 1 - risk quantile of Beta(k + 1, n - k)."""
+    return 1.0 if k == n else float(stats.beta.ppf(1 - risk, k + 1, n - k))
+
+
+def test_every_member_states_the_bound_at_the_level_it_names():
+    """A family grid, checked against an independent computation (SciPy's binomial p-values, Holm
+    by its definition, SciPy's beta quantiles): each member's ``upper`` is the exact bound at
+    ``upper_level``, which is δ/M unless Holm certified the member only at its own larger level;
+    a certified member's bound is at most ε there, an uncertified one's exceeds ε at δ/M, and no
+    ``upper`` is ε standing in for a larger bound (the issue's example: 0/29 and 0/25 at ε = δ = 0.1
+    stated U = 0.1 for 0/25, whose bound is 0.1129 at δ/M and 0.088 at its Holm level)."""
+    cells = [(0, 10), (0, 25), (0, 29), (1, 29), (0, 44), (1, 44), (3, 44), (2, 60), (4, 60)]
+    grid = [(eps, delta, m) for eps, delta in ((0.1, 0.1), (0.2, 0.05), (0.05, 0.1), (0.15, 0.2)) for m in (2,)]
+    grid.append((0.1, 0.1, 3))
+    checked = holm_only = 0
+    for eps, delta, m in grid:
+        for counts in itertools.combinations(cells, m):
+            # p >= 1/2 (k >= nε) is never certified and sorts last, as 1.0
+            ps = [1.0 if k >= n * eps else float(stats.binom.cdf(k, n, eps)) for k, n in counts]
+            levels = [delta / (m - r) for r in range(m)]
+            if any(abs(p - lv) <= 1e-9 * lv for p in ps for lv in levels):
+                continue  # a tie within rounding: floats alone cannot decide it (tested elsewhere)
+            order = sorted(range(m), key=lambda i: (ps[i], i))
+            certified, going = {}, True
+            for r, i in enumerate(order):
+                going = going and ps[i] <= levels[r]
+                certified[i] = (going, levels[r])
+            card = family_bounds(list(counts), eps, delta)
+            for i, ((k, n), mem) in enumerate(zip(counts, card.members, strict=True)):
+                ok, level = certified[i]
+                assert (mem.verdict == "release-supported") == ok, (counts, i)
+                assert mem.level == pytest.approx(level, rel=1e-12)
+                at = level if ok and ps[i] > delta / m else delta / m
+                holm_only += at != delta / m
+                assert mem.upper_level == pytest.approx(at, rel=1e-12), (counts, i)
+                assert mem.upper == pytest.approx(_beta_upper(k, n, at), rel=1e-9, abs=1e-12), (counts, i)
+                assert (mem.upper <= eps) == ok, (counts, i)
+                if k < n:  # the defining property, from the binomial itself: P(X <= k) = level at p = U
+                    assert stats.binom.cdf(k, n, mem.upper) == pytest.approx(at, rel=1e-7)
+                assert mem.lower == pytest.approx(float(stats.beta.ppf(delta / m, k, n - k + 1)) if k else 0.0,
+                                                  rel=1e-9, abs=1e-12)
+                assert mem.more_clean_reruns_needed == 0 or not ok
+                checked += 1
+    assert checked > 500 and holm_only > 10  # the grid reaches members certified at Holm's level only
+
+
+def test_the_issue_example_states_both_bounds_by_their_levels():
+    a, b = family_bounds([(0, 29), (0, 25)], 0.1, 0.1).members
+    assert (a.verdict, a.upper_level, b.verdict, b.upper_level) == ("release-supported", 0.05, "release-supported", 0.1)
+    assert a.upper == pytest.approx(1 - 0.05 ** (1 / 29), rel=1e-12)  # 0.0981 at δ/M
+    assert b.upper == pytest.approx(1 - 0.1 ** (1 / 25), rel=1e-12)  # 0.0880 at its Holm level (0.1129 at δ/M)
+    assert b.upper != 0.1 and b.more_clean_reruns_needed == 0
+
+
 @pytest.mark.parametrize("m,n", [(2, 30), (3, 30), (2, 59)])
 def test_choosing_the_best_of_m_keeps_delta_exact_enumeration(m, n):
     """All M recipes at beta = eps (the supremum over recipes over budget): enumerate every
