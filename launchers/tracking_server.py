@@ -1,5 +1,6 @@
 """A shared MLflow tracking server for teams and clusters: PostgreSQL backend store, a shared
-artifact root, MLflow's basic-auth app. Everything listens on 127.0.0.1 unless told otherwise.
+artifact root, recipe_audit's server app (MLflow's basic-auth app plus recipe_audit's reads in SQL
+on the server's store). Everything listens on 127.0.0.1 unless told otherwise.
 
     python launchers/tracking_server.py start --dir /srv/mlflow --port 5000 --pg-port 5433
         # prints the tracking URI; the admin password is read from $MLFLOW_AUTH_ADMIN_PASSWORD
@@ -11,7 +12,8 @@ artifact root, MLflow's basic-auth app. Everything listens on 127.0.0.1 unless t
 ``start`` initialises a PostgreSQL cluster in ``DIR/pg`` (initdb, run as the ``postgres`` user when
 started as root) on loopback, creates the databases ``mlflow`` (runs) and ``mlflow_auth`` (the auth app's
 users and permissions), writes the auth app's config (``DIR/basic_auth.ini``,
-``default_permission = READ``) and starts ``mlflow server --app-name basic-auth`` with
+``default_permission = READ``) and starts ``mlflow server --app-name recipe-audit`` (basic-auth, which
+keeps deciding who may do what, with recipe_audit's reads added: recipe_audit/store/server_app.py) with
 ``--artifacts-destination DIR/artifacts`` (clients upload and download artifacts through the
 server: nothing else is shared). A second ``start`` on the same DIR reuses the cluster and the
 data. State (pids, ports, paths) is in ``DIR/server.json``; ``stop`` stops both servers.
@@ -56,6 +58,7 @@ from pathlib import Path
 from recipe_audit.store.uris import mask_credentials
 
 PG_USER = "mlflow"
+APP_NAME = "recipe-audit"  # pyproject's mlflow.app entry point: basic-auth plus recipe_audit's reads
 
 
 def _pg_bin() -> Path:
@@ -289,7 +292,7 @@ def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: in
     log = os.fdopen(os.open(d / "mlflow_server.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
                              "--artifacts-destination", str(d / "artifacts"), "--serve-artifacts",
-                             "--app-name", "basic-auth", "--host", host, "--port", str(port),
+                             "--app-name", APP_NAME, "--host", host, "--port", str(port),
                              "--workers", str(workers or _default_workers())],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=d,
                             umask=0o077)  # artifacts and files it writes: 0600 in 0700 folders

@@ -82,7 +82,8 @@ def _argvs() -> dict[int, str]:
 
 
 def test_no_secret_in_argv_logs_or_readable_files(server, monkeypatch):
-    """While the server runs, neither PostgreSQL's password nor the admin password (nor the auth
+    """Also: the server runs recipe_audit's app, whose reads are PostgreSQL's (``_reads_through_the_app``).
+    While the server runs, neither PostgreSQL's password nor the admin password (nor the auth
     app's secret key) is in any process's argv or in a log; the files that hold them are mode 600;
     PostgreSQL listens on loopback only and refuses the mlflow role without its password. Also (at
     the end): start after a crash brings the server back without a stop."""
@@ -103,6 +104,7 @@ def test_no_secret_in_argv_logs_or_readable_files(server, monkeypatch):
                                  headers={"Authorization": f"Basic {auth}"})
     with urllib.request.urlopen(req, timeout=procs.timeout(30)) as r:
         assert r.status == 200 and "experiments" in json.loads(r.read())
+    _reads_through_the_app(uri, d, state, monkeypatch)
 
     argvs = _argvs()
     # the scan saw the servers (a scan that saw nothing would find no secret either)
@@ -189,6 +191,44 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except ProcessLookupError:
         return None
+
+
+def _reads_through_the_app(uri, d, state, monkeypatch):
+    """The server runs recipe_audit's app: the reads of a card and of the gate go through it, and
+    give what PostgreSQL gives read directly (the SQL reader on PostgreSQL, here and in the server)."""
+    import pandas as pd
+    from helpers.store import synthetic_sweep
+
+    from recipe_audit import keys
+    from recipe_audit.store import read_server
+    from recipe_audit.store.history import read_history
+    from recipe_audit.store.read import read_runs
+    from recipe_audit.store.read_sql import clear_engine_cache
+
+    pid = json.loads((d / "server.json").read_text())["pid"]
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    assert argv[argv.index("--app-name") + 1] == "recipe-audit"
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", ADMIN_PW)
+    monkeypatch.setenv("PGPASSFILE", str(d / "pgpass"))
+    metric = keys.accuracy_key("calibration")
+    synthetic_sweep(uri, {0: 0.9, 1: 0.5, 2: float("nan"), 3: None}, sweep_id="s", bar_taus=(0.7,))
+    db = f"postgresql+psycopg2://mlflow@127.0.0.1:{state['pg_port']}/mlflow"
+    read_server.forget_servers()
+    try:
+        served, direct = read_runs(uri, "exp", [metric]), read_runs(db, "exp", [metric])
+        assert served.attrs["path"] == "server" and direct.attrs["path"] == "sql" and len(served) == 4
+        pd.testing.assert_frame_equal(served, direct, check_exact=True)
+        fails = keys.fails_tag(metric, 0.7)
+        h_srv, h_db = (read_history(u, "exp", metric, fails_tag=fails) for u in (uri, db))
+        shown = [h.frame.assign(history=h.frame["history"].map(repr)) for h in (h_srv, h_db)]
+        pd.testing.assert_frame_equal(*shown, check_exact=True)
+        assert h_db.frame["fails_tag"].tolist().count("true") == 3 and h_srv.directions == h_db.directions
+    finally:
+        clear_engine_cache()
+        read_server.forget_servers()
+        for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "PGPASSFILE"):
+            monkeypatch.delenv(k)
 
 
 def test_private_files_and_pgpass_roundtrip(tmp_path):

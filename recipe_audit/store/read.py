@@ -7,9 +7,13 @@ as MLflow chooses its own stores:
 * SQL-backed stores (``sqlite:``, ``postgresql:``, ``mysql:``, ``mssql:``):
   :mod:`recipe_audit.store.read_sql` reads MLflow's own tables in a handful of queries (SQLite:
   whole-table scans when the experiment is most of the store);
-* tracking servers (``http:``, ``https:``): :func:`recipe_audit.store.read_client.read_rest` asks
-  the server's ``runs/search`` endpoint for start-time slices of the experiment concurrently and
-  reads the answers as plain JSON;
+* tracking servers (``http:``, ``https:``) that run recipe_audit's server app
+  (:mod:`recipe_audit.store.server_app`, ``mlflow server --app-name recipe-audit``) answer the
+  SQL reads themselves, on their own store (:mod:`recipe_audit.store.read_server`; asked once per
+  server and process, and said once on stderr);
+* other tracking servers (a stock MLflow server, Databricks' ``https:``):
+  :func:`recipe_audit.store.read_client.read_rest` asks the server's ``runs/search`` endpoint for
+  start-time slices of the experiment concurrently and reads the answers as plain JSON;
 * file stores and ``databricks``: :func:`recipe_audit.store.read_client.read_client` pages through
   :meth:`mlflow.tracking.MlflowClient.search_runs`.
 
@@ -39,15 +43,15 @@ import pandas as pd
 from recipe_audit import keys
 from recipe_audit.errors import closest_first
 from recipe_audit.reruns import QueryError, metric_name
-from recipe_audit.store import read_client, read_sql
+from recipe_audit.store import read_client, read_server, read_sql
 from recipe_audit.store.raw_runs import ATTRIBUTES, RawRuns, objects, redact
+from recipe_audit.store.read_sql import is_sql_uri
 
 __all__ = ["AUTO", "QueryError", "is_http_uri", "is_sql_uri", "read_params", "read_runs"]
 
 AUTO = "auto"
 """Default of ``filter_kind`` (see :func:`read_runs`) and of ``backend``."""
 
-SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 _PREFIXES = {
     "params.": "params",
     "param.": "params",
@@ -85,12 +89,6 @@ def _parse_key(text: str) -> _Key:
     raise QueryError(
         f"Key {text!r} must start with params., tags., metrics. or attributes. (MLflow's naming)."
     )
-
-
-def is_sql_uri(uri: str) -> bool:
-    """True when ``uri`` names a database MLflow stores runs in (read by the SQL fast path)."""
-    scheme = uri.split(":", 1)[0].lower() if "://" in uri else ""
-    return scheme.split("+", 1)[0] in SQL_SCHEMES
 
 
 def is_http_uri(uri: str) -> bool:
@@ -159,8 +157,9 @@ def read_runs(
     Args:
         tracking_uri: MLflow tracking URI; ``None`` uses ``mlflow.get_tracking_uri()`` (which honours
             ``MLFLOW_TRACKING_URI``). SQL URIs (``sqlite``, ``postgresql``, ``mysql``, ``mssql``) are
-            read directly from MLflow's tables; ``http(s)://`` tracking servers through their
-            ``runs/search`` endpoint, concurrently; anything else (``databricks``, ``file:`` or a
+            read directly from MLflow's tables; ``http(s)://`` tracking servers through
+            recipe_audit's server app when they run it, else through their ``runs/search``
+            endpoint, concurrently; anything else (``databricks``, ``file:`` or a
             plain path) through ``MlflowClient.search_runs``.
         experiment_name: the experiment.
         metric_keys: metric names (``accuracy/calibration``; a ``metrics.`` prefix is dropped); each
@@ -176,8 +175,9 @@ def read_runs(
             code) every run without a ``recipe_audit.kind`` tag that is not the parent of another
             run (so the card runs recipe_audit logs into a user's experiment never hide the user's
             runs). Another string: the runs of that kind. ``None``: every active run.
-        backend: ``"auto"`` (by URI), ``"sql"`` (SQL URIs only), ``"rest"`` (``http(s)://``
-            tracking servers only) or ``"client"`` (any URI).
+        backend: ``"auto"`` (by URI, and for a tracking server by what it offers), ``"sql"``
+            (SQL URIs only), ``"server"`` (servers running recipe_audit's app), ``"rest"``
+            (``http(s)://`` tracking servers only) or ``"client"`` (any URI).
         require_seed: raise when some rows have no value under ``seed_key`` (default); when False
             they keep ``seed=None`` (and :func:`~recipe_audit.reruns.collect_reruns` refuses them).
         require_metrics: raise when no selected run logged one of ``metric_keys`` (default); when
@@ -202,7 +202,7 @@ def read_runs(
         are None in object columns. MLflow's SQL stores write +/-inf as +/-DBL_MAX; both read back
         as +/-inf. ``frame.attrs`` holds ``experiment``, ``experiment_id``, ``uri`` (password
         removed), ``metric_keys``, ``seed_key``, ``group_by``, ``extra_keys``, ``path`` (the
-        path that read it: ``"sql"``, ``"rest"`` or ``"client"``), ``unlogged`` (metric key ->
+        path that read it: ``"sql"``, ``"server"``, ``"rest"`` or ``"client"``), ``unlogged`` (metric key ->
         the sentence ``require_metrics`` raises, for each metric no selected run logged) and
         ``curtailment`` (the sweep parent runs' curtailment tags, by parent run id, for
         :func:`recipe_audit.store.curtailment.curtailment_records`).
@@ -225,7 +225,8 @@ def read_runs(
     tag_names, param_names, metric_all, attr_names = _needed(metric_names, [seed, *group_keys, *extra])
 
     if backend == AUTO:
-        backend = "sql" if is_sql_uri(uri) else "rest" if is_http_uri(uri) else "client"
+        backend = ("sql" if is_sql_uri(uri) else "client" if not is_http_uri(uri)
+                   else "server" if read_server.offers_reads(uri) else "rest")
     wanted = (tag_names, param_names, metric_all, attr_names)
 
     def frame_of(raw: RawRuns) -> pd.DataFrame:
@@ -257,6 +258,11 @@ def read_runs(
         with read_sql.snapshot(uri, experiment_name) as conn:  # the runs and their params as the store was at one moment
             frame = frame_of(read_sql.read_sql(uri, experiment_name, *wanted, conn))
             return with_params(frame, lambda ids: read_sql.read_params(uri, ids, params, conn))
+    if backend == "server":
+        if not is_http_uri(uri):
+            raise QueryError(f"The server path needs an http(s) tracking server URI, not {redact(uri)}.")
+        frame = frame_of(read_server.read_runs_server(uri, experiment_name, *wanted))
+        return with_params(frame, lambda ids: read_server.read_params_server(uri, experiment_name, ids, params))
     if backend == "rest":
         if not is_http_uri(uri):
             raise QueryError(f"The REST path needs an http(s) tracking server URI, not {redact(uri)}.")
@@ -264,7 +270,7 @@ def read_runs(
     elif backend == "client":
         raw = read_client.read_client(uri, experiment_name, *wanted)
     else:
-        raise QueryError(f"Unknown backend {backend!r}; use 'auto', 'sql', 'rest' or 'client'.")
+        raise QueryError(f"Unknown backend {backend!r}; use 'auto', 'sql', 'server', 'rest' or 'client'.")
     # MLflow params cannot change once logged: read after the runs, they are the runs' own
     return with_params(frame_of(raw), lambda ids: read_client.read_params(uri, ids, params))
 

@@ -25,13 +25,24 @@ from recipe_audit import keys
 from recipe_audit.reruns import QueryError
 from recipe_audit.store.raw_runs import ATTRIBUTES, RawRuns, floats, objects, redact
 
-__all__ = ["SCAN_SHARE", "clear_engine_cache", "read_params", "read_sql", "snapshot", "sql_joins", "sqlite_scan"]
+__all__ = ["SCAN_SHARE", "SQL_SCHEMES", "clear_engine_cache", "experiment_row", "keys_of_runs", "is_sql_uri", "read_history_sql",
+           "read_params", "read_sql", "runs_of_experiment", "snapshot", "sql_joins", "sqlite_scan"]
 
 _ID_CHUNK = 500  # run ids per IN (...) list
 _JOINS_PER_QUERY = 40  # LEFT JOINs per SELECT (SQLite allows 64 tables in a join)
 SCAN_SHARE = 0.25
 """SQLite: read whole tables when the experiment has at least this share of the store's runs."""
 _SQLITE_MMAP_BYTES = 1 << 31  # SQLite read connections map up to this much of the file (SQLite caps it)
+
+SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+"""URI schemes of the databases MLflow stores runs in (a driver may follow: ``postgresql+psycopg2``)."""
+
+
+def is_sql_uri(uri: str) -> bool:
+    """True when ``uri`` names a database MLflow stores runs in (read by the SQL fast path)."""
+    scheme = uri.split(":", 1)[0].lower() if "://" in uri else ""
+    return scheme.split("+", 1)[0] in SQL_SCHEMES
+
 
 _ENGINES: dict[str, Any] = {}
 _ENGINES_LOCK = threading.Lock()
@@ -123,6 +134,35 @@ def _experiment_has_workspace(engine: Any, uri: str) -> bool:
     return _HAS_WORKSPACE[uri]
 
 
+def experiment_row(conn: Any, uri: str, experiment_name: str) -> tuple[Any, str]:
+    """(experiment id, lifecycle stage) of the experiment named ``experiment_name`` (in the active
+    workspace where the store has workspaces); ``QueryError`` when there is none."""
+    import sqlalchemy as sa
+
+    exp = _sql_tables()["experiments"]
+    where = [exp.c.name == experiment_name]
+    if _experiment_has_workspace(_engine(uri), uri):
+        where.append(sa.column("workspace") == _active_workspace())
+    found = conn.execute(sa.select(exp.c.experiment_id, exp.c.lifecycle_stage).where(*where)).all()
+    if not found:
+        raise QueryError(f"No experiment named {experiment_name!r} in {redact(uri)}.")
+    return found[0][0], found[0][1]
+
+
+def runs_of_experiment(conn: Any, experiment_id: Any, run_ids: Sequence[str]) -> list[str]:
+    """Those of ``run_ids`` that are runs of the experiment (any lifecycle stage), in their order."""
+    import sqlalchemy as sa
+
+    runs = _sql_tables()["runs"]
+    mine: set[str] = set()
+    ids = list(dict.fromkeys(run_ids))
+    for i in range(0, len(ids), _ID_CHUNK):
+        stmt = sa.select(runs.c.run_uuid).where(runs.c.experiment_id == experiment_id,
+                                                runs.c.run_uuid.in_(ids[i : i + _ID_CHUNK]))
+        mine.update(r for (r,) in conn.execute(stmt))
+    return [r for r in run_ids if r in mine]
+
+
 @contextmanager
 def snapshot(uri: str, experiment_name: str | None = None) -> Iterator[Any]:
     """One connection to the store at ``uri`` reading one snapshot (one transaction): what is read
@@ -162,24 +202,15 @@ def read_sql(
 ) -> RawRuns:
     """Read through MLflow's tables: experiment, one wide SELECT, then the few parents and errors;
     through ``conn`` (a :func:`snapshot`) when given, else in a snapshot of its own."""
-    import sqlalchemy as sa
 
     if conn is None:
         with snapshot(uri, experiment_name) as own:
             return read_sql(uri, experiment_name, tag_names, param_names, metric_names, attr_names, own)
-    engine = _engine(uri)
     t = _sql_tables()
-    exp = t["experiments"]
-    where = [exp.c.name == experiment_name]
-    if _experiment_has_workspace(engine, uri):
-        where.append(sa.column("workspace") == _active_workspace())
-    found = conn.execute(sa.select(exp.c.experiment_id, exp.c.lifecycle_stage).where(*where)).all()
-    if not found:
-        raise QueryError(f"No experiment named {experiment_name!r} in {redact(uri)}.")
-    experiment_id, stage = found[0]
+    experiment_id, stage = experiment_row(conn, uri, experiment_name)
     if stage != "active":
         raise QueryError(f"Experiment {experiment_name!r} in {redact(uri)} is deleted.")
-    raw = RawRuns(str(experiment_id), {}, keys_of=lambda kind, ids: _keys_of_runs(uri, kind, ids))
+    raw = RawRuns(str(experiment_id), {}, keys_of=lambda kind, ids: keys_of_runs(uri, kind, ids))
     scanned = uri.lower().startswith("sqlite") and sqlite_scan(
         conn, int(experiment_id), tag_names, param_names, metric_names, attr_names, raw
     )
@@ -422,7 +453,7 @@ def _sql_parents(
     return parents, {p: d[keys.TAG_CURTAILMENT] for p, d in found.items() if d.get(keys.TAG_CURTAILMENT)}
 
 
-def _keys_of_runs(uri: str, kind: str, run_ids: list[str]) -> set[str]:
+def keys_of_runs(uri: str, kind: str, run_ids: list[str]) -> set[str]:
     """The ``kind`` keys (``metrics``, ``params``, ``tags``) some of ``run_ids`` have (for messages)."""
     import sqlalchemy as sa
 
@@ -456,3 +487,57 @@ def read_params(
         for rid, key, value in conn.execute(stmt):
             out[rid][key] = value
     return out
+
+
+def read_history_sql(uri: str, experiment_name: str, metric: str, tag_names: Sequence[str],
+                     param_names: Sequence[str], conn: Any = None) -> dict[str, Any]:
+    """What the release gate reads of an experiment (:func:`recipe_audit.store.history.read_history`),
+    in SQL and one snapshot: every run, deleted ones included, in ``search_runs``' order (start
+    time, newest first, then run id), with its tags ``tag_names`` and params ``param_names``,
+    whether it logged ``metric``, whether it holds nothing (a run tagged as a retried request's
+    copy: no param, no metric; False for the other runs), and the metric's every value in ``get_metric_history``'s order
+    (timestamp, step, value; a NaN stored as such reads NaN, other values as stored). Returns the
+    JSON-able form of :class:`recipe_audit.store.history.HistoryRead` (what the server app sends)."""
+    import sqlalchemy as sa
+
+    if conn is None:
+        with snapshot(uri, experiment_name) as own:
+            return read_history_sql(uri, experiment_name, metric, tag_names, param_names, own)
+    t = _sql_tables()
+    experiment_id, _stage = experiment_row(conn, uri, experiment_name)
+    runs = sa.table("runs", *(sa.column(c) for c in ("run_uuid", "name", "status", "start_time", "end_time",
+                                                      "lifecycle_stage", "experiment_id")))
+    mine = sa.select(runs.c.run_uuid).where(runs.c.experiment_id == experiment_id).scalar_subquery()
+    rows = conn.execute(
+        sa.select(runs.c.run_uuid, runs.c.name, runs.c.status, runs.c.start_time, runs.c.end_time,
+                  runs.c.lifecycle_stage)
+        .where(runs.c.experiment_id == experiment_id)
+        .order_by(runs.c.start_time.desc(), runs.c.run_uuid)
+    ).all()
+    out = {r[0]: [list(r), {}, {}, False, False, []] for r in rows}
+    for kind, names, slot in (("tags", tag_names, 1), ("params", param_names, 2)):
+        if names:
+            table = t[kind]
+            stmt = sa.select(table.c.run_uuid, table.c.key, table.c.value).where(
+                table.c.key.in_(list(names)), table.c.run_uuid.in_(mine))
+            for rid, key, value in conn.execute(stmt):
+                out[rid][slot][key] = value
+    latest = t["latest_metrics"]
+    for (rid,) in conn.execute(sa.select(latest.c.run_uuid).where(latest.c.key == metric,
+                                                                   latest.c.run_uuid.in_(mine))):
+        out[rid][3] = True
+    # a copy a retried request made holds nothing: asked of the runs tagged as such copies only
+    copies = [rid for rid, run in out.items() if run[1].get(keys.TAG_KIND) == keys.KIND_DUPLICATE]
+    if copies:
+        held = {r for table in (t["params"], latest) for (r,) in conn.execute(
+            sa.select(table.c.run_uuid).distinct().where(table.c.run_uuid.in_(copies)))}
+        for rid in copies:
+            out[rid][4] = rid not in held
+    m = sa.table("metrics", *(sa.column(c) for c in ("run_uuid", "key", "value", "is_nan", "timestamp", "step")))
+    stmt = (sa.select(m.c.run_uuid, m.c.value, m.c.is_nan, m.c.timestamp, m.c.step)
+            .where(m.c.key == metric, m.c.run_uuid.in_(mine))
+            .order_by(m.c.run_uuid, m.c.timestamp, m.c.step, m.c.value))
+    for rid, value, is_nan, timestamp, step in conn.execute(stmt):
+        if out[rid][3]:
+            out[rid][5].append([float("nan") if is_nan else float(value), timestamp, step])
+    return {"experiment_id": str(experiment_id), "runs": list(out.values())}

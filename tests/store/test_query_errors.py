@@ -120,7 +120,7 @@ def test_malformed_keys(rich_store):
         "Unknown run attribute 'attributes.colour'; the attributes are "
     )
     assert _message(uri, "exp", "sql", metric_keys=[]) == "Ask for at least one metric key."
-    assert _message(uri, "exp", "magic") == "Unknown backend 'magic'; use 'auto', 'sql', 'rest' or 'client'."
+    assert _message(uri, "exp", "magic") == "Unknown backend 'magic'; use 'auto', 'sql', 'server', 'rest' or 'client'."
 
 
 def test_sql_path_needs_a_database_uri(file_store):
