@@ -44,11 +44,14 @@ class CardOutput:
         with a signing key, the bundle beside them (``<stem>.sig``, kind ``signature``)."""
         rendered = render_card(self.card, stem, self.plots)
         bundle = self._signature(self.card, rendered)
+        sig = signature_name(rendered.kinds["json"])
         if bundle is not None:
-            rendered = RenderedCard({**rendered.files, signature_name(rendered.kinds["json"]): bundle},
-                                    {**rendered.kinds, "signature": signature_name(rendered.kinds["json"])},
+            rendered = RenderedCard({**rendered.files, sig: bundle}, {**rendered.kinds, "signature": sig},
                                     rendered.digest)
-        return write_files(rendered, out_dir)
+        files = write_files(rendered, out_dir)
+        if bundle is None:  # a bundle an earlier card left there signs other files
+            (out_dir / sig).unlink(missing_ok=True)
+        return files
 
     def log(self, tracking_uri: str, experiment: str, *, reuse: bool = True, attached_to: str | None = None,
             tag_reruns: bool = True) -> list[LoggedCard]:

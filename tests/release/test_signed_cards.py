@@ -51,11 +51,18 @@ def test_the_end_of_a_sweep_signs_its_card_and_every_card_run(store, tmp_path, k
                     bar_taus=(0.7,))
     sweep = SimpleNamespace(experiment_name="exp", tracking_uri=store, sweep_id="one", planned_seeds=range(12))
     key = signing.SigningKey.load(str(key_pair["ci"][0]))
-    cards_for_sweep(sweep, METRIC, CardOptions(taus=(0.7, 0.8)), tmp_path / "sweep", signer=key)
+    made = cards_for_sweep(sweep, METRIC, CardOptions(taus=(0.7, 0.8)), tmp_path / "sweep", signer=key)
     assert f"Signed with key sha256:{key.fingerprint[:16]}" in capsys.readouterr().out
     folder = read_card(str(tmp_path / "sweep" / "card"))
     assert folder.signature is not None and _check(folder, key_pair["ci"][1]).ok
     assert _check(folder, key_pair["other"][1]).kind == signing.OTHER_KEY
+    from recipe_audit.release.card_runs import CardOutput
+
+    CardOutput(made).write(tmp_path / "again")  # unsigned: no bundle, and none left from before
+    assert not (tmp_path / "again" / "card.sig").exists()
+    (tmp_path / "again" / "card.sig").write_bytes(folder.signature)
+    CardOutput(made).write(tmp_path / "again")
+    assert not (tmp_path / "again" / "card.sig").exists()
     client = MlflowClient(tracking_uri=store)
     card_runs = client.search_runs([client.get_experiment_by_name("exp").experiment_id],
                                    f"tags.`{keys.TAG_KIND}` = '{keys.KIND_CARD}'")
