@@ -122,10 +122,7 @@ class SigningKey:
             pem, name = text.encode("ascii", "replace") + b"\n", name or "the signing key"
         else:
             name = name or f"the signing key {text}"
-            try:
-                pem = Path(text).expanduser().read_bytes()
-            except OSError as exc:
-                raise SigningError(f"Cannot read {name}: {exc.strerror or exc}.") from None
+            pem = _read_key_file(Path(text).expanduser(), "the signing key")
         pw = password.encode("utf-8") if password else None
         try:
             key = serialization.load_pem_private_key(pem, pw)
@@ -149,6 +146,18 @@ class SigningKey:
                         name=f"the signing key in ${ENV_KEY}" if value.startswith("-----BEGIN") else None)
 
 
+def _read_key_file(path: Path, what: str) -> bytes:
+    """A key file's bytes, read bounded (:func:`recipe_audit.files.read_small_file`: a regular file
+    of at most 1 MiB; a device, a named pipe or a directory, a link to one included, refused at
+    once, before a byte is read): ``SigningError`` (one sentence naming it) otherwise."""
+    from recipe_audit.files import InputFileError, read_small_file
+
+    try:
+        return read_small_file(path, what)
+    except InputFileError as exc:
+        raise SigningError(str(exc)) from None
+
+
 @dataclass(frozen=True)
 class TrustedKey:
     """The public key a release trusts (a PEM file kept with the code under review)."""
@@ -162,10 +171,7 @@ class TrustedKey:
         """``SigningError`` (one sentence) unless ``path`` is a PEM elliptic-curve public key."""
         from cryptography.hazmat.primitives import serialization
 
-        try:
-            pem = Path(path).expanduser().read_bytes()
-        except OSError as exc:
-            raise SigningError(f"Cannot read the trusted key {path}: {exc.strerror or exc}.") from None
+        pem = _read_key_file(Path(path).expanduser(), "the trusted key")
         try:
             key = serialization.load_pem_public_key(pem)
         except ValueError:

@@ -550,3 +550,39 @@ def test_the_options_go_through_the_same_check(capsys):
         make_policy({**CI, "tau": 1.5})
     assert make_policy({"metric": "val_loss", "tau": -0.5, "higher_is_better": False}).tau == -0.5  # a loss may
 
+
+
+@pytest.mark.parametrize("target, needle", [
+    ("/dev/zero", "(a link to /dev/zero) is a character device, not a regular file"),
+    ("fifo", "trusted.pub is a named pipe (FIFO), not a regular file"),
+    ("directory", "trusted.pub is a directory, not a regular file"),
+])
+@pytest.mark.parametrize("how", ["option", "policy"])
+def test_a_trusted_key_that_is_no_file_is_refused_at_once(tmp_path, capsys, target, needle, how):
+    """The trusted key, named by --trusted-key or the policy's trusted_key, is read as the policy
+    file is: a link to /dev/zero, a named pipe or a directory is one sentence, exit 2, at once."""
+    import os
+    import threading
+
+    from helpers.cli import run_cli
+
+    key = tmp_path / "trusted.pub"
+    if target == "fifo":
+        os.mkfifo(key)
+    elif target == "directory":
+        key.mkdir()
+    else:
+        os.symlink(target, key)
+    (tmp_path / "policy.yaml").write_text("audit: calibration\ntau: 0.7\n" + ("trusted_key: trusted.pub\n"
+                                                                            if how == "policy" else ""))
+    args = ["gate", "--model-name", "clf", "--version", "1", "--policy", str(tmp_path / "policy.yaml"),
+            "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}", *(["--trusted-key", str(key)] if how == "option"
+                                                                      else [])]
+    got = []
+    worker = threading.Thread(target=lambda: got.append(run_cli(args, capsys)), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert got, f"the gate is still reading the trusted key ({target})"
+    rc, out, err = got[0]
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "The trusted key " in err and needle in err, err
+    assert not (tmp_path / "none.db").exists()
