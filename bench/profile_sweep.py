@@ -1,0 +1,166 @@
+"""Where the time of ``python -m recipe_audit -m ...`` goes, per job and once a sweep.
+
+Runs the built-in app in this process, as ``python -m recipe_audit`` does, with the arguments
+after ``--``, and prints one table: a job's whole time in Hydra's ``run_job``, its training, and
+the per-job work around it (threads, the prepared task, the callback's hooks, the rerun logger's
+``log_result``, the seed launcher's job config), then the sweep's start and end. Three ways:
+
+* default: under ``cProfile`` (wall-clock timer), as ``python -m cProfile -m recipe_audit ...``;
+  the profiler inflates Python-heavy code more than torch's kernels;
+* ``--cpu``: under ``cProfile`` timed in this process's CPU seconds (less sensitive to other load
+  on a shared machine; the timer's own system calls inflate everything further);
+* ``--timers``: no profiler: the same functions wrapped with a wall-clock and a CPU timer (what
+  they cost, as near as one can tell from inside).
+
+A time "a job" is the total over the sweep's jobs divided by their number: a function that does
+its work in the first job only (an import, a cache filled once) shows there as its one-off cost
+spread over the jobs; the ``calls`` column and ``--out FILE.prof`` (for ``pstats``) tell which.
+``--compare A.prof B.prof`` prints two saved profiles side by side.
+
+Run: ``python bench/profile_sweep.py [--cpu | --timers] [--out FILE.prof] -- -m 'seed=range(12)' threads=1 progress=false``
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import runpy
+import sys
+import time
+from collections import defaultdict
+
+#: (label, the function as pstats names it, per job?)
+ROWS = [
+    ("Hydra's run_job: a job, whole", r"hydra/core/utils\.py:\d+\(run_job\)", True),
+    ("train_rerun: training and scoring", r"train/loop\.py:\d+\(train_rerun\)", True),
+    ("app/threads.py: apply", r"app/threads\.py:\d+\(apply\)", True),
+    ("train/loop.py: prepare_task", r"train/loop\.py:\d+\(prepare_task\)", True),
+    ("callback: on_job_start", r"app/callback\.py:\d+\(on_job_start\)", True),
+    ("callback: on_job_end", r"app/callback\.py:\d+\(on_job_end\)", True),
+    ("store/rerun_log.py: log_result", r"store/rerun_log\.py:\d+\(log_result\)", True),
+    ("seed launcher: job_config", r"app/launchers\.py:\d+\(job_config\)", True),
+    ("callback: on_multirun_start (once)", r"app/callback\.py:\d+\(on_multirun_start\)", False),
+    ("  of which store/sqlite.py: create_store", r"store/sqlite\.py:\d+\(create_store\)", False),
+    ("callback: on_multirun_end (once)", r"app/callback\.py:\d+\(on_multirun_end\)", False),
+]
+
+
+def _from_stats(stats: dict, pattern: str) -> tuple[float, int]:
+    total, calls = 0.0, 0
+    for (fn, line, name), (_cc, nc, _tt, ct, _callers) in stats.items():
+        if re.search(pattern, f"{fn.replace(chr(92), '/')}:{line}({name})"):
+            total, calls = total + ct, calls + nc
+    return total, calls
+
+
+def _jobs(stats: dict) -> int:
+    return _from_stats(stats, ROWS[0][1])[1] or 1
+
+
+def table(profiles: dict[str, dict]) -> str:
+    heads = list(profiles)
+    lines = ["| | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
+    for label, pattern, per_job in ROWS:
+        cells = []
+        for stats in profiles.values():
+            t, n = _from_stats(stats, pattern)
+            jobs = _jobs(stats)
+            cells.append(f"{t * 1000 / jobs:,.0f} ms a job ({n} calls)" if per_job else f"{t:,.2f} s")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _run_app(args: list[str]) -> None:
+    sys.argv = ["recipe_audit", *args]
+    try:
+        runpy.run_module("recipe_audit", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise
+
+
+def _timed_run(args: list[str]) -> str:
+    from recipe_audit.app import callback, launchers, threads
+    from recipe_audit.store import rerun_log, sqlite
+    from recipe_audit.train import loop
+
+    spent: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+
+    def wrap(owner, name, label):
+        real = getattr(owner, name)
+
+        def timed(*a, **k):
+            c0, w0 = time.process_time(), time.perf_counter()
+            try:
+                return real(*a, **k)
+            finally:
+                s = spent[label]
+                s[0] += 1
+                s[1] += time.process_time() - c0
+                s[2] += time.perf_counter() - w0
+
+        setattr(owner, name, timed)
+
+    targets = {  # label -> (owner, attribute); run_job where the seed launcher calls it
+        ROWS[0][0]: (launchers, "run_job"), ROWS[1][0]: (loop, "train_rerun"), ROWS[2][0]: (threads, "apply"),
+        ROWS[3][0]: (loop, "prepare_task"), ROWS[4][0]: (callback.RecipeAuditCallback, "on_job_start"),
+        ROWS[5][0]: (callback.RecipeAuditCallback, "on_job_end"), ROWS[6][0]: (rerun_log.RerunLogger, "log_result"),
+        ROWS[7][0]: (launchers.SeedLauncherBase, "job_config"),
+        ROWS[8][0]: (callback.RecipeAuditCallback, "on_multirun_start"), ROWS[9][0]: (sqlite, "create_store"),
+        ROWS[10][0]: (callback.RecipeAuditCallback, "on_multirun_end"),
+    }
+    for label, (owner, attr) in targets.items():
+        wrap(owner, attr, label)
+    _run_app(args)
+    jobs = int(spent[ROWS[0][0]][0]) or 1
+    lines = ["| | calls | CPU | wall |", "|---|---|---|---|"]
+    for label, _pattern, per_job in ROWS:
+        n, cpu, wall = spent.get(label, (0, 0.0, 0.0))
+        unit = (lambda s: f"{s * 1000 / jobs:,.1f} ms a job") if per_job else (lambda s: f"{s:,.2f} s")
+        lines.append(f"| {label} | {int(n)} | {unit(cpu)} | {unit(wall)} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    app_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    mine = argv[:argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--cpu", action="store_true", help="cProfile timed in CPU seconds")
+    how.add_argument("--timers", action="store_true", help="no profiler: timers around the functions of the table")
+    how.add_argument("--compare", nargs="+", metavar="FILE.prof", help="print saved profiles side by side")
+    ap.add_argument("--out", help="save the profile here (pstats format)")
+    opts = ap.parse_args(mine)
+    import os
+
+    load = f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
+    if opts.compare:
+        import pstats
+
+        print(table({f: pstats.Stats(f).stats for f in opts.compare}))
+        return
+    if not app_args:
+        ap.error("give the app's arguments after --, e.g. -- -m 'seed=range(12)' threads=1 progress=false")
+    if opts.timers:
+        out = _timed_run(app_args)
+    else:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile(time.process_time) if opts.cpu else cProfile.Profile()
+        prof.enable()
+        try:
+            _run_app(app_args)
+        finally:
+            prof.disable()
+        if opts.out:
+            prof.dump_stats(opts.out)
+        out = table({"CPU (cProfile)" if opts.cpu else "wall (cProfile)": pstats.Stats(prof).stats})
+    print(f"\nprofile_sweep: python -m recipe_audit {' '.join(app_args)}; before: {load}; after: "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(out)
+
+
+if __name__ == "__main__":
+    main()
