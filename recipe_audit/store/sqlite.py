@@ -120,9 +120,9 @@ def template() -> Path | None:
 
     The file holds MLflow's schema only: MLflow creates its ``Default`` experiment (artifact folder,
     creation time) when a process first opens the copy, as it does for a database it has just
-    migrated, so a store made from it is the one MLflow makes (``tests/store/test_store_template.py``
-    compares the two). It is checked before every use (the revision, the tables, nothing else in
-    them) and made again beside its place and renamed over it when it does not pass; several
+    migrated, so a store made from it is the one MLflow makes (``tests/test_store_template.py``
+    compares the two). It is checked before every use (the revision, the tables, no experiment or
+    run in them) and made again beside its place and renamed over it when it does not pass; several
     processes making it at once each rename a whole file."""
     try:
         import mlflow
