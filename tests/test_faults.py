@@ -324,12 +324,12 @@ def test_a_new_sqlite_store_is_created_safely_while_a_plain_client_creates_it(tm
         assert not list((tmp_path / f"store{i}").glob(".mlflow.db.*.new"))
 
 
-@pytest.mark.parametrize("where", ["open", "close"])
-def test_a_full_disk_stops_the_sweep_in_one_sentence(tmp_path, store, monkeypatch, where):
-    """The store's disk fills while seed 1 opens (or closes) its rerun: one sentence naming the way
-    out, no traceback (MLflow's SQL store logged one per failed write: 14 in one sweep), seed 2 not
-    run, nothing left RUNNING (the parent FAILED), exit 2; once space is back (after the full disk at
-    the open, the later fault), ``tracking.resume=true`` runs seeds 1 and 2 and ends the sweep,
+@pytest.mark.parametrize("where, bad", [("open", 0), ("close", 1)])
+def test_a_full_disk_stops_the_sweep_in_one_sentence(tmp_path, store, monkeypatch, where, bad):
+    """The store's disk fills while seed ``bad`` opens (or closes) its rerun: one sentence naming
+    the way out, no traceback (MLflow's SQL store logged one per failed write: 14 in one sweep), the
+    next seed not run, nothing left RUNNING (the parent FAILED), exit 2; once space is back (after
+    the full disk at the open), ``tracking.resume=true`` runs the seeds left and ends the sweep,
     nothing RUNNING. The full disk is played in process (a 6 MB tmpfs gave the same sentence, by
     hand: mount needs root)."""
     import logging
@@ -347,30 +347,30 @@ def test_a_full_disk_stops_the_sweep_in_one_sentence(tmp_path, store, monkeypatc
     real_open, real_close = rerun_runs.open_rerun, rerun_runs.close_rerun
 
     def opening(store_, new, **kw):
-        if str(new.seed) == "1":
+        if str(new.seed) == str(bad):
             raise full() from sqlite3.OperationalError("database or disk is full")
         return real_open(store_, new, **kw)
 
     def closing(store_, run_id, **kw):
-        if store_.client.get_run(run_id).data.tags.get(keys.TAG_SEED) == "1":
+        if store_.client.get_run(run_id).data.tags.get(keys.TAG_SEED) == str(bad):
             raise full() from sqlite3.OperationalError("database or disk is full")
         return real_close(store_, run_id, **kw)
 
-    args = ["-m", "seed=range(3)", *SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    args = ["-m", f"seed=range({bad + 2})", *SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     with monkeypatch.context() as m:
         m.setattr(rerun_runs, *(("open_rerun", opening) if where == "open" else ("close_rerun", closing)))
         proc = run_module_here(args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr + proc.stdout and "counts as unfinished" not in proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("recipe_audit: error")]
-    assert len(errors) == 1 and "is full" in errors[0] and "seed 1 and the sweep stop here" in errors[0], errors
+    assert len(errors) == 1 and "is full" in errors[0] and f"seed {bad} and the sweep stop here" in errors[0], errors
     assert "tracking.resume=true" in errors[0]
     client = MlflowClient(store)
     exp = client.get_experiment_by_name("recipe_audit").experiment_id
     runs = client.search_runs([exp])
     assert "RUNNING" not in [r.info.status for r in runs]
     reruns = sorted(r.data.tags.get(keys.TAG_SEED, "") for r in runs if r.data.tags.get(keys.TAG_KIND) == "rerun")
-    assert reruns == (["0"] if where == "open" else ["0", "1"])  # seed 2 never ran
+    assert reruns == [str(s) for s in range(bad + (where == "close"))]  # the seed after it never ran
     assert [r.info.status for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_SWEEP] == ["FAILED"]
     if where == "close":  # the resume below is the same for both
         return
@@ -381,6 +381,6 @@ def test_a_full_disk_stops_the_sweep_in_one_sentence(tmp_path, store, monkeypatc
     assert "RUNNING" not in [r.info.status for r in runs], [(r.data.tags, r.info.status) for r in runs]
     finished = sorted(r.data.tags[keys.TAG_SEED] for r in runs
                       if r.data.tags.get(keys.TAG_KIND) == "rerun" and r.info.status == "FINISHED")
-    assert finished == ["0", "1", "2"]
+    assert finished == [str(s) for s in range(bad + 2)]
     parents = [r for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_SWEEP]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
