@@ -26,7 +26,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 RERUNS_FILE = "reruns.sha256"
@@ -105,8 +105,8 @@ class SigningKey:
     """A private key to sign cards with: its PEM and what it is called in messages (its file, or
     the environment variable that held it); never printed."""
 
-    pem: bytes
-    password: bytes | None
+    pem: bytes = field(repr=False)
+    password: bytes | None = field(repr=False)
     name: str
     fingerprint: str
 

@@ -119,6 +119,7 @@ def test_other_curves_and_an_encrypted_key(keys_, monkeypatch):
     monkeypatch.setenv(signing.ENV_PASSWORD, "s3cret")
     key = SigningKey.from_environment()
     assert key.name == f"the signing key in ${signing.ENV_KEY}"
+    assert "PRIVATE" not in repr(key) and "s3cret" not in repr(key)  # a key logged by mistake shows no secret
     assert _check(keys_, signing.sign(FILES, RERUNS, key), who="locked").ok
     monkeypatch.setenv(signing.ENV_PASSWORD, "wrong")
     with pytest.raises(SigningError, match=r"^The signing key in \$RECIPE_AUDIT_SIGNING_KEY is not a PEM private key "
