@@ -13,10 +13,12 @@ are printed as the docs show them (Markdown), from the sweep's ``acceptance_card
 bases' ``base.json`` only: every number of that section of the docs comes from this script's output.
 
 The sweep gives each seed its own base model, so a cell's verdict carries the luck of its base;
-the table *decided over seeds* is what the page concludes: per defense, a gate passes (or fails)
-when it does on at least ``DECIDED_SHARE`` (80 %) of the defense's seeds and is split otherwise,
-and the card's verdict rule turns the four decisions into the defense's verdict (a split gate
-counts as N/A: never a pass). ``--compare`` says whether several sweeps decide the same.
+the table *decided over seeds* is what the page concludes, by a stated test
+(:mod:`recipe_audit.stats.acceptance.seeds`): per defense and gate, exact one-sided binomial tests
+of "passes on at most half of the seeds" and "fails on at most half", Holm-adjusted over all of
+them at family-wise error 0.1; N/A and missing count as neither a pass nor a fail, a gate the seeds
+do not decide is ``undecided`` and counts as missing evidence in the card's verdict rule.
+``--compare`` says whether several sweeps decide the same.
 
 ``--kernels`` emulates the float kernels of other CPU kinds on this one (``KERNELS``: ``avx2`` is
 torch's vectorised kernels at AVX2 with MKL's compatible matrix products, ``default`` torch's
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import subprocess
@@ -154,35 +155,51 @@ def majority(summary: dict[str, dict]) -> dict[str, str]:
     return {d: " ".join(g for g in "abcd" if 2 * r["pass"][g] > r["n"]) or "none" for d, r in summary.items()}
 
 
-#: A gate is decided for a defense when at least this share of its seeds agree (4 of 5, 3 of 3, 8 of 10).
-DECIDED_SHARE = 0.8
-SPLIT = "split"
-
-
-def decided(summary: dict[str, dict]) -> dict[str, dict]:
-    """Per defense, each gate decided over its seeds: ``pass`` when it passes on at least
-    ``DECIDED_SHARE`` of them, ``fail`` when it fails on at least that share, else ``split``; and
-    the verdict the card's own rule gives those four (a split gate counts as an N/A: never a pass)."""
-    from recipe_audit.stats.acceptance.verdict import card_verdict
-
-    out = {}
-    for d, r in summary.items():
-        need = math.ceil(DECIDED_SHARE * r["n"] - 1e-9)
-        gates = {g: "pass" if r["pass"][g] >= need else "fail" if r["n"] - r["pass"][g] >= need else SPLIT
-                 for g in "abcd"}
-        out[d] = {"gates": gates, "verdict": card_verdict({g: "n/a" if s == SPLIT else s for g, s in gates.items()}),
-                  "n": r["n"], "need": need}
+def seed_statuses(card: dict) -> dict[str, list[dict[str, str]]]:
+    """Per defense, each of its cells' (seeds') gate statuses, in seed order."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for cell in _ordered(card):
+        out.setdefault(_defense(cell), []).append({g: cell["diagnostics"][g]["status"] for g in "abcd"})
     return out
+
+
+def decided(card: dict):
+    """Each defense's gates decided over its seeds by the stated test, and the verdicts they give
+    (:func:`recipe_audit.stats.acceptance.seeds.decide_over_seeds`)."""
+    from recipe_audit.stats.acceptance.seeds import decide_over_seeds
+
+    return decide_over_seeds(seed_statuses(card))
+
+
+def _gate_cell(g) -> str:
+    """A gate decided over seeds as the table shows it: ``undecided (5 pass; p = 0.031)``."""
+    counts = [f"{n} {name}" for n, name in ((g.passed, "pass"), (g.failed, "fail"), (g.na, "n/a"),
+                                            (g.caveat, "caveat"), (g.missing, "missing")) if n]
+    p = "" if g.decided == "missing" else f"; p = {min(g.p_pass, g.p_fail):.2g}"
+    return f"{g.decided} ({', '.join(counts)}{p})"
 
 
 def decided_table(card: dict) -> str:
     """The table decided over seeds: per defense, each gate's decision and the verdict they give."""
     out = ["| defense | seeds | (a) | (b) | (c) | (d) | verdict decided over seeds |", "|---|---|---|---|---|---|---|"]
-    summary = defense_summary(card)
-    for d, r in decided(summary).items():
-        out.append(f"| {d} | {r['n']} | " + " | ".join(f"{r['gates'][g]} ({summary[d]['pass'][g]})" for g in "abcd")
-                   + f" | **{r['verdict']}** |")
+    dec = decided(card)
+    for d, verdict in dec.verdicts.items():
+        gates = dec.of(d)
+        out.append(f"| {d} | {gates['a'].seeds} | " + " | ".join(_gate_cell(gates[g]) for g in "abcd")
+                   + f" | **{verdict}** |")
     return "\n".join(out)
+
+
+def decided_heading(card: dict) -> str:
+    """The sentence above the table decided over seeds: the test, its error rate, the seeds it needs."""
+    dec = decided(card)
+    return (f"Decided over seeds by a stated test: per defense and gate, exact one-sided binomial tests of "
+            f"\"passes on at most half of the seeds\" and \"fails on at most half\", Holm-adjusted over all "
+            f"{dec.hypotheses} tests at family-wise error {dec.alpha:g} (the chance that any gate of any defense is "
+            f"decided wrongly is at most {dec.alpha:g}); N/A and missing count as neither, and an "
+            f"undecided gate counts as missing evidence in the card's verdict rule. A gate that agrees on every "
+            f"seed is decided from {dec.seeds_to_decide} seeds on. In brackets: the seeds' statuses and the "
+            f"smaller p-value:")
 
 
 def summary_table(card: dict) -> str:
@@ -247,9 +264,7 @@ def tables(card: dict, bases: list[dict], wall_s: float | None = None, env: str 
     out.append("")
     out.append(summary_table(card))
     out.append("")
-    out.append(f"Decided over seeds (a gate passes, or fails, when it does on at least {DECIDED_SHARE * 100:.0f} % of the "
-               "defense's seeds; otherwise it is split, which counts as N/A in the card's verdict rule; "
-               "in brackets: seeds passing):")
+    out.append(decided_heading(card))
     out.append("")
     out.append(decided_table(card))
     out.append("")
@@ -266,6 +281,7 @@ def tables(card: dict, bases: list[dict], wall_s: float | None = None, env: str 
 
 
 MARK = {"pass": "+", "fail": "\u2212"}  # a gate's status in one character (else "?" for a cell, "~" decided)
+DECIDED_MARK = {**MARK, "missing": "?"}  # a gate decided over seeds (else "~": undecided)
 
 
 def _short(cell: dict) -> str:
@@ -302,16 +318,19 @@ def compare(runs: list[tuple[str, dict]]) -> str:
     out.append("")
     out.append("| defense | " + " | ".join(f"decided over seeds, {n}" for n in names) + " |")
     out.append("|---|" + "---|" * len(names))
-    dec = [decided(defense_summary(card)) for _, card in runs]
+    dec = [decided(card) for _, card in runs]
 
-    def short(r: dict | None) -> str:
-        return "absent" if r is None else f"{r['verdict']} ({' '.join(MARK.get(r['gates'][g], '~') for g in 'abcd')})"
+    def short(x, d: str) -> str:
+        if d not in x.verdicts:
+            return "absent"
+        gates = x.of(d)
+        return f"{x.verdicts[d]} ({' '.join(DECIDED_MARK.get(gates[g].decided, '~') for g in 'abcd')})"
 
-    for d in dec[0]:
-        out.append(f"| {d} | " + " | ".join(short(x.get(d)) for x in dec) + " |")
-    same = all(short(x.get(d)) == short(dec[0].get(d)) for x in dec for d in {*x, *dec[0]})
+    for d in dec[0].verdicts:
+        out.append(f"| {d} | " + " | ".join(short(x, d) for x in dec) + " |")
+    same = all(short(x, d) == short(dec[0], d) for x in dec for d in {*x.verdicts, *dec[0].verdicts})
     out.append("")
-    out.append(f"Decided over seeds (gates and verdicts; + pass, \u2212 fail, ~ split): "
+    out.append(f"Decided over seeds (gates and verdicts; + pass, \u2212 fail, ~ undecided, ? missing): "
                f"{'the same' if same else 'not the same'} in every run.")
     base = card_numbers(first)
     equal = []

@@ -22,54 +22,61 @@ def tables(monkeypatch):
     return importlib.import_module("acceptance_tables")
 
 
-SAME = "Decided over seeds (gates and verdicts; + pass, \u2212 fail, ~ split): the same in every run."
+SAME = "Decided over seeds (gates and verdicts; + pass, \u2212 fail, ~ undecided, ? missing): the same in every run."
 NOT_SAME = SAME.replace("the same", "not the same")
 
 
-def _card(passes: dict[str, list[str]]) -> dict:
-    """A card whose cells ``<defense>_s<k>`` pass the gates listed for seed k (e.g. ``"ab"``)."""
+def _card(passes: dict[str, list[str]], other: str = "fail") -> dict:
+    """A card whose cells ``<defense>_s<k>`` pass the gates listed for seed k (e.g. ``"ab"``); the
+    other gates have status ``other``."""
     cells = []
     for defense, by_seed in passes.items():
         for k, gates in enumerate(by_seed):
             cells.append({"label": f"{defense}_s{k}", "verdict": "?",
-                          "diagnostics": {g: {"status": "pass" if g in gates else "fail"} for g in "abcd"}})
+                          "diagnostics": {g: {"status": "pass" if g in gates else other} for g in "abcd"}})
     return {"cells": cells}
 
 
-def test_a_gate_is_decided_by_four_of_five_seeds(tables):
+def test_the_table_is_decided_by_the_stated_test(tables):
+    """The bench decides as recipe_audit.stats.acceptance.seeds does (tested there against SciPy and
+    statsmodels): with ten seeds, gates agreeing on all ten are decided, 7 of 10 is not; N/A and
+    missing are never a fail; five seeds decide nothing (the first Holm level needs 8)."""
     card = _card({
-        "l2sp": ["abcd", "abcd", "abc", "abc", "ab"],   # a 5, b 5, c 4, d 2 of 5
-        "attack_proj": ["", "", "b", "", "d"],            # a 0, b 1, c 0, d 1
-        "consistency": ["abd", "ab", "abd", "a", "b"],    # a 4, b 4, c 0, d 2
-        "odd": ["a", "b", "c", "d", "ad"],                 # a 2, b 1, c 1, d 2
+        "l2sp": ["abcd"] * 10,                     # every gate 10 of 10
+        "attack_proj": [""] * 10,                  # everything fails on every seed
+        "consistency": ["abd"] * 7 + ["ab"] * 3,  # d passes on 7 of 10: p = 0.17, undecided
     })
-    got = tables.decided(tables.defense_summary(card))
-    assert got["l2sp"]["gates"] == {"a": "pass", "b": "pass", "c": "pass", "d": "split"}
-    assert got["l2sp"]["verdict"] == "near miss"  # a split gate is never a pass
-    assert got["attack_proj"]["gates"] == {"a": "fail", "b": "fail", "c": "fail", "d": "fail"}
-    assert got["attack_proj"]["verdict"] == "fail"
-    assert got["consistency"]["gates"] == {"a": "pass", "b": "pass", "c": "fail", "d": "split"}
-    assert got["consistency"]["verdict"] == "near miss"
-    assert got["odd"]["gates"] == {"a": "split", "b": "fail", "c": "fail", "d": "split"}
-    assert got["odd"]["verdict"] == "fail"  # nothing passes on 4 of 5 seeds
-    every = tables.decided(tables.defense_summary(_card({"l2sp": ["abcd"] * 4 + ["abc"]})))
-    assert every["l2sp"]["verdict"] == "full-card pass" and every["l2sp"]["need"] == 4
-    # three seeds: all three must agree
-    three = tables.decided(tables.defense_summary(_card({"l2sp": ["abcd", "abcd", "abc"]})))
-    assert three["l2sp"]["gates"]["d"] == "split" and three["l2sp"]["need"] == 3
+    dec = tables.decided(card)
+    assert [dec.of("l2sp")[g].decided for g in "abcd"] == ["pass"] * 4
+    assert dec.verdicts == {"l2sp": "full-card pass", "attack_proj": "fail", "consistency": "near miss"}
+    assert [dec.of("consistency")[g].decided for g in "abcd"] == ["pass", "pass", "fail", "undecided"]
+    table = tables.decided_table(card)
+    assert "| consistency | 10 | pass (10 pass; p = 0.00098) | pass (10 pass; p = 0.00098) | " \
+           "fail (10 fail; p = 0.00098) | undecided (7 pass, 3 fail; p = 0.17) | **near miss** |" in table
+    assert "Holm-adjusted over all 24 tests at family-wise error 0.1" in tables.decided_heading(card)
+    # N/A on 4 seeds and a pass on 1 was a fail; gate (c) missing on every seed was a fail
+    na = _card({"l2sp": ["abd"] + ["ab"] * 4}, other="n/a")
+    for cell in na["cells"]:
+        del cell["diagnostics"]["c"]["status"]
+        cell["diagnostics"]["c"]["status"] = "missing"
+    got = tables.decided(na)
+    assert [got.of("l2sp")[g].decided for g in "abcd"] == ["undecided", "undecided", "missing", "undecided"]
+    assert got.verdicts["l2sp"] == "missing evidence"
+    five = tables.decided(_card({"l2sp": ["abcd"] * 5, "attack_proj": [""] * 5, "consistency": ["ab"] * 5}))
+    assert {g.decided for g in five.gates} == {"undecided"} and five.seeds_to_decide == 8
 
 
 def test_the_comparison_says_whether_the_decided_tables_agree(tables):
-    one = _card({"l2sp": ["abcd"] * 5, "attack_proj": [""] * 5})
-    other = _card({"l2sp": ["abcd"] * 4 + ["abc"], "attack_proj": ["a"] + [""] * 4})  # other cells, same decisions
+    one = _card({"l2sp": ["abcd"] * 10, "attack_proj": [""] * 10})
+    other = _card({"l2sp": ["abcd"] * 11 + ["abc"], "attack_proj": ["a"] + [""] * 11})  # other cells, same decisions
     assert SAME in tables.compare([("run 1", one), ("run 2", other)]).splitlines()
-    moved = _card({"l2sp": ["abcd"] * 3 + ["abc"] * 2, "attack_proj": [""] * 5})
+    moved = _card({"l2sp": ["abcd"] * 7 + ["abc"] * 3, "attack_proj": [""] * 10})
     text = tables.compare([("run 1", one), ("run 2", moved)])
     assert NOT_SAME in text.splitlines()
-    assert "| l2sp | full-card pass (+ + + +) | near miss (+ + + ~) |" in text
-    # a gate that moves from decided to split changes the decision even when the verdict does not
-    split = _card({"l2sp": ["abcd"] * 5, "attack_proj": ["a"] * 2 + [""] * 3})
-    assert NOT_SAME in tables.compare([("run 1", one), ("run 2", split)]).splitlines()
+    assert "| l2sp | full-card pass (+ + + +) | missing evidence (+ + + ~) |" in text
+    # a gate that moves from decided to undecided changes the decision even when the verdict does not
+    undecided = _card({"l2sp": ["abcd"] * 10, "attack_proj": ["a"] * 3 + [""] * 7})
+    assert NOT_SAME in tables.compare([("run 1", one), ("run 2", undecided)]).splitlines()
 
 
 def _run(cell: str, seed: int, base_dir: str) -> SimpleNamespace:

@@ -30,7 +30,8 @@ Rates are pooled over items (micro averages). The four diagnostics:
 One module per piece, their public names all here: :mod:`.records` (:class:`PairedRecords` and
 the gaps), :mod:`.heldout` (a), :mod:`.fresh` (b), :mod:`.signature` (c), :mod:`.transfer`
 (installability and (d)), :mod:`.verdict` (the verdict, the filter, the sensitivity) and
-:mod:`.names` (statuses, verdicts, classes, defaults).
+:mod:`.names` (statuses, verdicts, classes, defaults); :mod:`.seeds` decides a defense's gates over
+its seeds (an exact binomial test per gate, Holm over the family).
 
 >>> import numpy as np
 >>> q = np.repeat(np.arange(4), 4)                      # 4 questions x (2 cells x 2 framings)
@@ -90,6 +91,14 @@ from recipe_audit.stats.acceptance.names import (
     ZERO_UPDATE,
 )
 from recipe_audit.stats.acceptance.records import GapEstimates, PairedRecords
+from recipe_audit.stats.acceptance.seeds import (
+    UNDECIDED,
+    GateOverSeeds,
+    SeedDecision,
+    decide_over_seeds,
+    majority_p_value,
+    seeds_to_decide,
+)
 from recipe_audit.stats.acceptance.signature import (
     GateC,
     MechanismSignature,
@@ -135,6 +144,7 @@ __all__ = [
     "SE_MULTIPLIER",
     "SHRINKAGE",
     "STATUSES",
+    "UNDECIDED",
     "UNDEFINED",
     "UNDEFINED_CAUSES",
     "VERDICTS",
@@ -150,22 +160,27 @@ __all__ = [
     "GateB",
     "GateC",
     "GateD",
+    "GateOverSeeds",
     "Installability",
     "MechanismSignature",
     "PairedRecords",
+    "SeedDecision",
     "SensitivityRow",
     "acceptance",
     "card_verdict",
     "cluster_bootstrap",
+    "decide_over_seeds",
     "gate_a",
     "gate_b",
     "gate_c",
     "gate_d",
     "installability",
+    "majority_p_value",
     "mechanism_class",
     "mechanism_signature",
     "percentile_interval",
     "progressive_filter",
+    "seeds_to_decide",
     "signature_from_alphas",
     "threshold_sensitivity",
 ]
