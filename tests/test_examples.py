@@ -138,3 +138,36 @@ def test_light_examples(tmp_path, store, name, fault, launcher):
 ])
 def test_framework_examples(tmp_path, store, name, launcher, fault):
     _check(tmp_path, store, EXAMPLES[name], launcher, fault)
+
+
+@pytest.mark.slow  # Lightning in a process of its own, three seeds that train and then crash (about 20 s quiet)
+def test_the_template_whose_checkpoint_torch_refuses_gets_a_card_of_failures_and_the_fix(tmp_path, store):
+    """The replica with the template's own optimizer config (a functools.partial among the
+    hyperparameters, so in the checkpoint): under torch 2.6 and later every rerun's test step
+    crashes with UnpicklingError. The card counts them all (3/3), the error tags are plain text, and
+    the last sentence names the seeds, the cause and TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD."""
+    import torch
+    from mlflow.tracking import MlflowClient
+
+    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 6):
+        pytest.skip("torch before 2.6 loads checkpoints with weights_only=False")
+    ex = EXAMPLES["lightning_template"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_RUN", "RECIPE_AUDIT_", "TORCH_FORCE"))}
+    env.update({"HYDRA_FULL_ERROR": "0", "OMP_NUM_THREADS": "1"})
+    sweep_dir = tmp_path / "sweep"
+    proc = procs.run([sys.executable, os.path.join(REPO, "examples", ex.name, ex.script), "-m", "seed=range(1,4)",
+                      "logger=mlflow", "model=mlp_partial", f"paths.log_dir={tmp_path / 'logs'}",
+                      "hydra/callbacks=recipe_audit", f"hydra.callbacks.recipe_audit.metric={ex.metric}",
+                      f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                     timeout=900)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "did not finish: seed 1 (failed), seed 2 (failed), seed 3 (failed)" in last, last
+    assert "the first, seed 1, failed: UnpicklingError: Weights only load failed." in last
+    assert "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1" in last
+    (cell,) = json.loads((sweep_dir / "card" / "card.json").read_text())["cells"]
+    assert (cell["n_reruns"], cell["n_failures"]) == (3, 3)
+    client = MlflowClient(tracking_uri=store)
+    runs = client.search_runs([client.get_experiment_by_name("train").experiment_id], max_results=100)
+    errors = [r.data.tags[keys.TAG_ERROR] for r in runs if r.data.tags.get(keys.TAG_KIND) == keys.KIND_RERUN]
+    assert len(errors) == 3 and all(e.startswith("UnpicklingError: ") and "\x1b" not in e for e in errors)

@@ -48,7 +48,10 @@ def current_rerun() -> Rerun | None:
 
 def forget_current_rerun() -> None:
     """No job runs in this process any more (a job that stopped the process: tests run it in theirs)."""
+    from recipe_audit.store import sqlite
+
     _CURRENT.clear()
+    sqlite.refuse_file_stores_beside(None)
 
 
 @dataclass(frozen=True)

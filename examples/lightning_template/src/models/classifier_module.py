@@ -12,7 +12,7 @@ from torchmetrics.classification.accuracy import Accuracy
 
 class ClassifierLitModule(pl.LightningModule):
     def __init__(self, n_features: int = 32, n_classes: int = 10, hidden: int = 64, lr: float = 0.005,
-                 crash: bool = False) -> None:
+                 crash: bool = False, optimizer: Any = None) -> None:
         super().__init__()
         if crash:  # fault injection (not in the template): this model cannot be built
             raise RuntimeError("injected crash: this seed's model fails to build")
@@ -67,4 +67,6 @@ class ClassifierLitModule(pl.LightningModule):
         self.log("test/acc", self.test_acc, on_step=False, on_epoch=True, prog_bar=True)
 
     def configure_optimizers(self) -> dict[str, Any]:
+        if self.hparams.optimizer is not None:  # as the template's: a functools.partial from its config
+            return {"optimizer": self.hparams.optimizer(params=self.parameters())}
         return {"optimizer": torch.optim.Adam(self.parameters(), lr=self.hparams.lr)}
