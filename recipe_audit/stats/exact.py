@@ -272,10 +272,21 @@ def more_clean_reruns_needed(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> int:
     return more_needed(k_i, n_i, e, d, budget_floor(e, d))
 
 
+#: How far above ε the float of a certified bound may lie (an exact tie, rounded up) to be stated as ε.
+_TIE_ROUNDING = 1e-9
+
+
 def capped(upper: float, eps: float, verdict: str) -> float:
     """``upper`` as stated beside ``verdict``: a certified ``U`` is at most ε exactly, so where its
-    float (rounded up) lies just above ε, at an exact tie, ε is stated instead; else ``upper``."""
-    return float(eps) if verdict == SUPPORTED and upper > eps else upper
+    float (rounded up) lies just above ε, at an exact tie, ε is stated instead; else ``upper``.
+    Never a cap: a certified bound further above ε than rounding is an error of the caller (the
+    bound was taken at another level than the one that certified it), not a number to state."""
+    if verdict == SUPPORTED and upper > eps:
+        if upper > eps * (1 + _TIE_ROUNDING):
+            raise AssertionError(f"a certified upper bound {upper!r} lies above eps = {eps!r}: it is not the "
+                                 "bound at the level that certified it")
+        return float(eps)
+    return upper
 
 
 def shown_beside(value: float, eps: float, above: bool, digits: int = 4, fixed: bool = False) -> str:

@@ -16,6 +16,7 @@ from recipe_audit.stats import (
     StatsInputError,
     clopper_pearson_lower,
     clopper_pearson_upper,
+    exact,
     sample_floor,
     verdict,
 )
@@ -155,6 +156,10 @@ def test_the_issue_example_states_both_bounds_by_their_levels():
     assert a.upper == pytest.approx(1 - 0.05 ** (1 / 29), rel=1e-12)  # 0.0981 at δ/M
     assert b.upper == pytest.approx(1 - 0.1 ** (1 / 25), rel=1e-12)  # 0.0880 at its Holm level (0.1129 at δ/M)
     assert b.upper != 0.1 and b.more_clean_reruns_needed == 0
+    # ε in place of a larger bound is refused where it would be stated (it was the card's "0.100")
+    with pytest.raises(AssertionError, match="not the bound at the level that certified it"):
+        exact.capped(exact.upper_bound(0, 25, 0.05), 0.1, exact.SUPPORTED)
+    assert exact.capped(0.30000000000000004, 0.3, exact.SUPPORTED) == 0.3  # an exact tie, rounded up: ε is the bound
 
 
 @pytest.mark.parametrize("m,n", [(2, 30), (3, 30), (2, 59)])
