@@ -37,6 +37,7 @@ __all__ = [
     "check_single_recipe",
     "collect_reruns",
     "metric_name",
+    "only_crashed",
 ]
 
 REASONS = ("failed", "killed", "running", "stale-running", "nan-metric", "missing-metric", "never-logged")
@@ -44,6 +45,23 @@ REASONS = ("failed", "killed", "running", "stale-running", "nan-metric", "missin
 
 NEVER_LOGGED = "NEVER_LOGGED"
 """The :attr:`RerunSet.statuses` entry of a planned seed that no run logged."""
+
+
+def only_crashed(frame: pd.DataFrame, no_metric_lead: str) -> bool:
+    """Whether every run of ``frame`` (its ``status`` and ``error`` columns, as ``read_runs``
+    gives them) crashed or was killed: none finished and none ended for want of the metric (an
+    error that begins with ``no_metric_lead``). Such runs logged no card metric, and that says
+    nothing about the metric's name: a card counts them as the failures they are, where a metric
+    no finished run logged is refused as a likely misnomer.
+
+    >>> runs = pd.DataFrame({"status": ["FAILED", "KILLED"], "error": ["OSError: disk", None]})
+    >>> only_crashed(runs, "the task returned "), only_crashed(runs.iloc[:0], "the task returned ")
+    (True, False)
+    """
+    if frame.empty or "status" not in frame.columns or not frame["status"].isin(["FAILED", "KILLED"]).all():
+        return False
+    errors = frame["error"].tolist() if "error" in frame.columns else []
+    return not any(isinstance(e, str) and e.startswith(no_metric_lead) for e in errors)
 
 
 class QueryError(ValueError):

@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 from helpers import procs
+from helpers.cli import run_cli
 from helpers.inprocess import run_script_here
 from helpers.one_thread import one_torch_thread  # noqa: F401 (autouse: the tiny model of the progress test)
 
@@ -88,7 +89,7 @@ def _reruns(uri):
 PLUGIN = ["hydra/callbacks=recipe_audit", "hydra.callbacks.recipe_audit.metric=test/acc"]
 
 
-def test_a_sweep_whose_reruns_all_crash_gets_its_card_and_says_why(tmp_path, store):
+def test_a_sweep_whose_reruns_all_crash_gets_its_card_and_says_why(tmp_path, store, capsys):
     """Every rerun crashes (torch's UnpicklingError, whose message carries a terminal's bold): the
     card counts them (3/3, U = 1), not "no run has the metric"; the last sentence names how many,
     which seeds, the first one's innermost cause and the fix; the error tags are plain text."""
@@ -111,6 +112,14 @@ def test_a_sweep_whose_reruns_all_crash_gets_its_card_and_says_why(tmp_path, sto
         error = r.data.tags[keys.TAG_ERROR]
         assert error.startswith("UnpicklingError: Weights only load failed. This file can still be loaded")
         assert "\x1b" not in error and "do those steps only if you trust the source" in error
+    # the same card from the store alone (recipe-audit card, the Python API): no "no run has the metric"
+    capsys.readouterr()
+    rc, out, err = run_cli(["card", "--experiment-name", "train", "--metric", "test/acc", "--tracking-uri", store],
+                           capsys)
+    assert rc == 0 and "3/3" in out and "has the metric" not in err, (out, err)
+    import recipe_audit
+
+    assert recipe_audit.card("train", "test/acc", tracking_uri=store).cells[0]["n_failures"] == 3
 
 
 def test_a_sweep_whose_reruns_return_nothing_is_still_told_what_to_set(tmp_path, store):

@@ -16,7 +16,9 @@ with the recipe_audit plugin:
         hydra/callbacks=recipe_audit hydra.callbacks.recipe_audit.metric=val_accuracy
 
 Metric: ``val_accuracy``. ``crash_seed=N`` makes seed N raise halfway through training;
-``collapse_seed=N`` makes seed N predict a single class.
+``collapse_seed=N`` makes seed N predict a single class; ``mislog_seed=N`` makes seed N log
+``val_accuracy`` 0.1 in a run of its own (``mislog=nested`` or ``restarted``) and return its true
+accuracy.
 """
 
 import logging
@@ -43,7 +45,7 @@ def make_moons(n: int, noise: float, rng: np.random.Generator) -> tuple[torch.Te
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> float | None:
     rng = np.random.default_rng(cfg.data.seed)
     x_train, y_train = make_moons(cfg.data.n_train, cfg.data.noise, rng)
     x_val, y_val = make_moons(cfg.data.n_val, cfg.data.noise, rng)
@@ -82,8 +84,26 @@ def main(cfg: DictConfig) -> None:
         model.eval()
         with torch.no_grad():
             acc = ((model(x_val).squeeze(-1) > 0).float() == y_val).float().mean().item()
+        if cfg.seed == cfg.mislog_seed:
+            return _mislogged(cfg.mislog, acc)
         mlflow.log_metric("val_accuracy", acc)
         log.info("seed=%d val_accuracy=%.4f", cfg.seed, acc)
+
+
+def _mislogged(how: str, acc: float) -> float:
+    """Fault injection: log val_accuracy = 0.1 in a run the task opens itself once its own run is
+    over (``nested``: ``mlflow.start_run(nested=True)``; ``restarted``: ``mlflow.start_run()`` again
+    after ``mlflow.end_run()``), then return the true accuracy, as a task that reports its metric
+    to a hyperparameter search does. Under a tracking wrapper both runs resume the job's run."""
+    mlflow.end_run()
+    if how == "nested":
+        with mlflow.start_run(nested=True):
+            mlflow.log_metric("val_accuracy", 0.1)
+    else:
+        mlflow.start_run()
+        mlflow.log_metric("val_accuracy", 0.1)
+        mlflow.end_run()
+    return acc
 
 
 if __name__ == "__main__":

@@ -198,6 +198,7 @@ def store(uri: str, experiment: str, metrics: Sequence[str], *, seed_key: str, g
     values the finished reruns logged. ``frame``: the runs, when the caller has read them already
     (``read_runs`` of ``metrics`` with ``seed_key``, ``group_by``, the audit-sets tag among the
     extra keys and ``require_metrics=False``, as the card's own read does); else read here."""
+    from recipe_audit.reruns import only_crashed
     from recipe_audit.store.read import read_runs
 
     scored_on = "tags." + keys.TAG_AUDIT_SETS
@@ -215,6 +216,8 @@ def store(uri: str, experiment: str, metrics: Sequence[str], *, seed_key: str, g
         if audit is not None and audits_named and scored:
             raise ValueError(f"No rerun in experiment '{experiment}' was scored on audit set '{audit}'; "
                              f"the audit sets there are {_listing(scored)}.")
+        if only_crashed(frame, keys.NO_METRIC_ERROR_LEAD):
+            continue  # every rerun crashed: a card of failures, not a misnamed metric
         read_runs(uri, experiment, [m], seed_key=seed_key)  # raises, naming the metrics there
         raise ValueError(f"No run in experiment '{experiment}' has the metric '{m}'.")
     for g in group_by:

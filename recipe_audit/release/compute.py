@@ -193,21 +193,15 @@ _SCORED_ON = "tags." + keys.TAG_AUDIT_SETS
 
 def _only_crashed(frame, req: CardRequest) -> bool:
     """Whether every run of the card (its recipe and sweep, when ``req`` names them) crashed or
-    was killed: none finished and none ended for want of the metric (the error a sweep records for
-    a job that returned and logged none of it, :data:`recipe_audit.keys.NO_METRIC_ERROR_LEAD`).
-    No such run logged the metric, and that says nothing about its name: the card counts them as
-    the failures they are, where a metric no finished run logged is refused as a likely misnomer."""
-    if "status" not in frame.columns:
-        return False
+    was killed (:func:`recipe_audit.reruns.only_crashed`): the card counts them as failures (1.2)."""
+    from recipe_audit.reruns import only_crashed
+
     scope = frame
     if req.recipe_id is not None:
         scope = scope[scope["recipe_id"] == req.recipe_id]
     if req.sweep_id is not None:
         scope = scope[scope["tags." + keys.TAG_SWEEP_ID] == req.sweep_id]
-    if scope.empty or not scope["status"].isin(["FAILED", "KILLED"]).all():
-        return False
-    errors = scope["error"] if "error" in scope.columns else []
-    return not any(isinstance(e, str) and e.startswith(keys.NO_METRIC_ERROR_LEAD) for e in errors)
+    return only_crashed(scope, keys.NO_METRIC_ERROR_LEAD)
 
 
 def _why_unlogged(req: CardRequest, metric: str) -> str | None:
