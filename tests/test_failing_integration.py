@@ -122,13 +122,28 @@ def test_a_sweep_whose_reruns_all_crash_gets_its_card_and_says_why(tmp_path, sto
     assert recipe_audit.card("train", "test/acc", tracking_uri=store).cells[0]["n_failures"] == 3
 
 
+def test_a_card_refused_while_reruns_crashed_says_what_crashed_them(tmp_path, store):
+    """unfinished=refuse: no card while reruns are unfinished; the sentence that says so names the
+    first one's cause and the fix too."""
+    app = _app(tmp_path, UNPICKLING_APP)
+    proc = run_script_here(app / "train.py", ["-m", "seed=range(1,3)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 's'}",
+                                              "hydra.callbacks.recipe_audit.unfinished=refuse"])
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("recipe_audit: error: no card for metric 'test/acc' of sweep "), last
+    assert "The card refuses: 2 rerun(s) are unfinished: seed 1 (failed), seed 2 (failed); the first, seed 1, " \
+           "failed: UnpicklingError: Weights only load failed." in last
+    assert "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1" in last and last.endswith(").")
+
+
 def test_a_sweep_whose_reruns_return_nothing_is_still_told_what_to_set(tmp_path, store):
     """Reruns that ended without an error and logged no metric are no crash: the sentence that says
     what to set stays (the card would count a misnamed metric as failures)."""
     app = _app(tmp_path, UNPICKLING_APP.replace('    torch.load("best.ckpt")', "    return None"))
     proc = run_script_here(app / "train.py", ["-m", "seed=range(1,3)", *PLUGIN, f"hydra.sweep.dir={tmp_path / 's'}"])
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "none of its 2 finished rerun(s) logged a metric" in proc.stderr.strip().splitlines()[-1]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "none of its 2 finished rerun(s) logged a metric" in last and "the first, seed" not in last
 
 
 @pytest.mark.parametrize("how", ["nested", "ended"])

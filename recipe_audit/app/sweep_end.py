@@ -76,8 +76,6 @@ def failed_sentence(sweep_id: str, failed, kind: JobsKind) -> str:
     ...                              FailedRerun(2, "r", "KILLED", None)], JobsKind("rerun", "rerun(s)", "counted")))
     2 rerun(s) of sweep s1 did not finish: seed 1 (failed), seed 2 (killed); counted; the first, seed 1, failed: OSError: disk full (raised as RuntimeError: x).
     """
-    from recipe_audit.errors import known_fix
-
     many = len({f.recipe_id for f in failed}) > 1
 
     def seed(f) -> str:
@@ -85,12 +83,24 @@ def failed_sentence(sweep_id: str, failed, kind: JobsKind) -> str:
 
     which = ", ".join(f"{seed(f)} ({f.status.lower()})" for f in failed)
     line = f"{len(failed)} {kind.failed_noun} of sweep {sweep_id} did not finish: {which}; {kind.failed_consequence}"
+    cause = first_cause(failed)
+    return line + (f"; {cause}" if cause else "") + "."
+
+
+def first_cause(failed) -> str | None:
+    """``the first, seed S, failed: <its error> (<the fix>)`` for the first of ``failed`` that
+    recorded an error (None when none did), the fix when :func:`recipe_audit.errors.known_fix`
+    knows it."""
+    from recipe_audit.errors import known_fix
+
     first = next((f for f in failed if f.error), None)
-    if first is not None:
-        error = first.error.strip().rstrip(".").rstrip()
-        fix = known_fix(error)
-        line += f"; the first, {seed(first)}, {first.status.lower()}: {error}" + (f" ({fix})" if fix else "")
-    return line + "."
+    if first is None:
+        return None
+    many = len({f.recipe_id for f in failed}) > 1
+    error = first.error.strip().rstrip(".").rstrip()
+    fix = known_fix(error)
+    return (f"the first, seed {first.seed}" + (f" of recipe {first.recipe_id[:8]}" if many else "")
+            + f", {first.status.lower()}: {error}" + (f" ({fix})" if fix else ""))
 
 
 def abandon_sweep(sweep, kind: JobsKind, joblib: bool) -> None:
@@ -133,11 +143,26 @@ def recipe_cards(sweep, metrics, opts, sweep_dir, run_kind: str, signer=None) ->
         try:
             docs.append(cards_for_sweep(sweep, metric, opts, sweep_dir, stem=stem, signer=signer))
         except CardError as exc:
-            stop(f"no card for metric '{metric}' of sweep {sweep.sweep_id}: "
-                 f"{nothing_logged(sweep, metric, run_kind) or exc}")
+            why = str(nothing_logged(sweep, metric, run_kind) or exc).rstrip(".")
+            cause = _crash_cause(sweep, run_kind)  # a card refused while reruns crashed: what crashed them
+            stop(f"no card for metric '{metric}' of sweep {sweep.sweep_id}: {why}" + (f"; {cause}" if cause else "")
+                 + ".")
     # the verdict where the runs table shows it: on the sweep's own row
     sweeps.tag_sweep_with_cards(sweep, [e.to_json() for d in docs for e in d.cells], summary_markdown(docs))
     publish_cards(sweep.tracking_uri, sweep.experiment_name, docs)  # and first on the experiment's page
+
+
+def _crash_cause(sweep, kind: str) -> str | None:
+    """:func:`first_cause` of the reruns of ``sweep`` that crashed or were killed (None: none, or
+    the store cannot say); those that ended for want of the metric are what the card's own
+    sentence is about."""
+    from recipe_audit.store import rerun_runs
+
+    try:
+        return first_cause([f for f in rerun_runs.failed_reruns(sweep, kind=kind)
+                            if not (f.error or "").startswith(NO_METRIC_LEAD)])
+    except Exception:  # noqa: BLE001 - only a better sentence is at stake
+        return None
 
 
 def nothing_logged(sweep, metric: str, kind: str) -> str | None:
