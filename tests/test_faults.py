@@ -265,22 +265,38 @@ def test_a_fault_is_one_sentence(args, code, fragment, fault_places, capsys):
     assert "Traceback" not in err and not out
 
 
-@pytest.mark.parametrize("eps", ["1e-4", "1e-12"])
-def test_a_tiny_budget_card_is_computed_in_time(eps, fault_places, capsys):
+def test_a_tiny_budget_card_is_computed_in_time(fault_places, capsys):
     # numpy was asked for 16.8 TiB at 1e-12 (the band's sample floor), 1e-4 took 596 s: the floor
     # no longer builds bands of the floor's size, so the time is that of the reruns the card reads
     from helpers.cli import run_cli
 
-    out_dir = fault_places["tmp"] / f"card-{eps}"
+    out_dir = fault_places["tmp"] / "card-1e-4"
     t0 = time.perf_counter()
     rc, out, err = run_cli(["card", "--experiment-name", "exp", "--tracking-uri", fault_places["uri"],
-                            "--eps", eps, "--anytime", "--out", str(out_dir)], capsys)
+                            "--eps", "1e-4", "--anytime", "--out", str(out_dir)], capsys)
     assert rc == 0, err
     assert time.perf_counter() - t0 < procs.timeout(90)
     entry = json.loads((out_dir / "card.json").read_text())["cells"][0]
     floor = entry["band"]["sample_floor"]
-    assert abs(floor - math.log(10) / (2 * float(eps) ** 2)) <= max(2, 1e-12 * floor)  # DKW's closed form
+    assert abs(floor - math.log(10) / (2 * 1e-4 ** 2)) <= max(2, 1e-12 * floor)  # DKW's closed form
     assert entry["band"]["supported"] is False
+
+
+def test_a_budget_past_the_rerun_limit_is_refused_at_once(fault_places, capsys):
+    # at 1e-12 the band's sample floor is 1.15e24 reruns, past the 10^15 the statistics accept:
+    # one sentence, exit 2, at once, and no card written (it was computed with that floor before)
+    from helpers.cli import run_cli
+
+    out_dir = fault_places["tmp"] / "card-1e-12"
+    t0 = time.perf_counter()
+    rc, out, err = run_cli(["card", "--experiment-name", "exp", "--tracking-uri", fault_places["uri"],
+                            "--eps", "1e-12", "--anytime", "--out", str(out_dir)], capsys)
+    lines = [ln for ln in err.splitlines() if not ln.startswith("20")]  # MLflow's own INFO lines
+    assert rc == 2, err
+    assert len(lines) == 1 and "eps = 1e-12 is too small to certify" in lines[0], err
+    assert "1.15e+24" in lines[0] and "Traceback" not in err
+    assert time.perf_counter() - t0 < procs.timeout(90)
+    assert not out_dir.exists() or not any(out_dir.iterdir())
 
 
 def test_a_new_sqlite_store_is_created_safely_while_a_plain_client_creates_it(tmp_path):
