@@ -29,6 +29,7 @@ import json
 import os
 from typing import Any
 
+from recipe_audit import keys
 from recipe_audit.reruns import QueryError
 from recipe_audit.store import read_sql
 from recipe_audit.store.raw_runs import redact
@@ -99,7 +100,6 @@ def _reading(read: Any) -> Any:
         except ValueError as exc:
             return _bad(str(exc))
 
-    view.__name__ = f"recipe_audit_{read.__name__}"
     return view
 
 
@@ -114,9 +114,7 @@ def runs(uri: str) -> dict[str, Any]:
     unknown = [a for a in b["attributes"] if a not in ATTRIBUTES]
     if unknown:
         raise ValueError(f"Unknown run attribute {unknown[0]!r}.")
-    from recipe_audit import keys as k
-
-    tags = list(dict.fromkeys([k.TAG_KIND, k.TAG_PARENT, k.TAG_RECIPE_ID, *b["tags"]]))  # what every read has
+    tags = list(dict.fromkeys([keys.TAG_KIND, keys.TAG_PARENT, keys.TAG_RECIPE_ID, *b["tags"]]))  # every read has them
     raw = read_sql.read_sql(uri, b["experiment_name"], tags, b["params"], b["metrics"], b["attributes"])
     return {"experiment_id": raw.experiment_id, "columns": {k: v.tolist() for k, v in raw.columns.items()},
             "parents": raw.parents, "curtailment": raw.curtailment, "errors": raw.errors}
@@ -130,7 +128,7 @@ def params(uri: str) -> dict[str, Any]:
         return read_sql.read_params(uri, mine, b["names"], conn) if mine and b["names"] else {r: {} for r in mine}
 
 
-def keys(uri: str) -> list[str]:
+def keys_of(uri: str) -> list[str]:
     b = _body(experiment_name=str, kind=str, run_ids=list)
     if b["kind"] not in ("metrics", "params", "tags"):
         raise ValueError("'kind' must be metrics, params or tags.")
@@ -159,9 +157,9 @@ def create_app(app: Any = None) -> Any:
     app = mlflow_app if app is None else app
     app.add_url_rule(f"{PREFIX}/info", "recipe_audit_info", info, methods=["GET"])
     auth.BEFORE_REQUEST_VALIDATORS[(f"{PREFIX}/info", "GET")] = _authenticated
-    for read in (runs, params, keys, history):
-        path = f"{PREFIX}/{read.__name__}"
-        app.add_url_rule(path, f"recipe_audit_{read.__name__}", _reading(read), methods=["POST"])
+    for route, read in {"runs": runs, "params": params, "keys": keys_of, "history": history}.items():
+        path = f"{PREFIX}/{route}"
+        app.add_url_rule(path, f"recipe_audit_{route}", _reading(read), methods=["POST"])
         # basic-auth's own check, the one MLflow's experiments/get-by-name has: READ on the experiment
         auth.BEFORE_REQUEST_VALIDATORS[(path, "POST")] = auth.validate_can_read_experiment_by_name
     return auth.create_app(app)
