@@ -120,8 +120,18 @@ class RerunLogger:
         self.flush()
 
     def log_artifacts(self, local_dir: str | Path, artifact_path: str | None = None) -> None:
-        """Upload the files under ``local_dir`` to the run's artifacts (under ``artifact_path``)."""
-        self._artifact_repo().log_artifacts(str(local_dir), artifact_path)
+        """Upload the files under ``local_dir`` to the run's artifacts (under ``artifact_path``);
+        to a server, made again while it does not answer (a file uploaded again is the same file)."""
+        repo = self._artifact_repo()
+
+        def upload() -> None:
+            repo.log_artifacts(str(local_dir), artifact_path)
+
+        waiting = getattr(self.client, "call", None)  # a server's client (store.retrying.RetryingClient)
+        if callable(waiting):
+            waiting("uploading artifacts", upload)
+        else:
+            upload()
 
     def log_table(self, data, artifact_file: str) -> None:
         """Log a DataFrame as an MLflow table artifact (``mlflow.load_table`` reads it back)."""

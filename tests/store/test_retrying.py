@@ -210,3 +210,27 @@ def test_no_waiting_when_turned_off_or_for_a_wrong_request(store, monkeypatch):
 def test_client_for_wraps_a_server_only(store):
     assert isinstance(tracking.client_for("http://127.0.0.1:1"), retrying.RetryingClient)
     assert isinstance(tracking.client_for(store), MlflowClient)
+
+
+def test_a_rerun_s_artifacts_are_uploaded_again(store, tmp_path):
+    """The acceptance experiment's adapter files go through the artifact repository, not the
+    client: their upload waits out the server too."""
+    from recipe_audit.store import rerun_log
+
+    client, real, clock = _client(store)
+    exp = real.create_experiment("e")
+    run = real.create_run(exp)
+    logger = rerun_log.RerunLogger.attach(tracking.Store(store, exp, "e"), run.info.run_id, run.info.artifact_uri)
+    logger.client = client
+
+    class Repo:
+        calls = 0
+
+        def log_artifacts(self, local_dir, artifact_path):
+            self.calls += 1
+            if self.calls == 1:
+                raise _lost("mlflow-artifacts/artifacts")
+
+    logger._artifacts = repo = Repo()
+    logger.log_artifacts(tmp_path, "adapter")
+    assert repo.calls == 2 and clock.slept == [2.0]
