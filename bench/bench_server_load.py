@@ -4,6 +4,7 @@ mid-sweep: reruns per minute, and whether every sweep ends with its reruns and i
     python bench/bench_server_load.py --sweeps 1,4,8 --seeds 12          # reruns per minute
     python bench/bench_server_load.py --sweeps 4 --seeds 12 --restart server     # killed, started again
     python bench/bench_server_load.py --sweeps 4 --seeds 12 --restart postgres   # PostgreSQL restarted
+    python bench/bench_server_load.py --restarts 3      # start after a crash, timed, no sweeps
 
 It starts the team server (``launchers/tracking_server.py start``, PostgreSQL and basic auth) in a
 fresh folder, then, for each count N of ``--sweeps``, launches N sweeps of the built-in recipe at
@@ -16,7 +17,9 @@ RUNNING, the second copies a retried create made (closed as duplicates), and the
 ``--restart server`` kills the MLflow server (SIGKILL, a crash) once ``--after`` reruns have
 finished and runs ``start`` again at once, timing it; ``--restart postgres`` restarts its
 PostgreSQL (``pg_ctl restart -m fast``). A sweep that stopped (exit 2) is relaunched with
-``tracking.resume=true`` and the store read again. Needs PostgreSQL's server binaries and
+``tracking.resume=true`` and the store read again. ``--restarts K`` runs no sweep: K times, the
+MLflow server is killed (SIGKILL) and ``start`` run again, timed, with the CPU seconds the new
+server's processes used to get there and the load average before. Needs PostgreSQL's server binaries and
 ``pip install 'recipe_audit[server]'``; everything listens on 127.0.0.1.
 """
 
@@ -178,6 +181,29 @@ def round_of(uri: str, d: Path, n: int, seeds: int, restart: str | None, after: 
     return out
 
 
+def server_cpu_s(d: Path) -> float:
+    """CPU seconds used so far by the processes of the MLflow server ``d/server.json`` names."""
+    pgid = json.loads((d / "server.json").read_text())["pid"]
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            f = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(f[2]) == pgid:
+            total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def restarts(base: Path, k: int) -> None:
+    for i in range(k):
+        load = os.getloadavg()[0]
+        crash_server(base / "server")
+        _, took = start_server(base / "server", *_ports(base))
+        print(f"restart {i + 1}: start after a crash {took:.1f} s, the new server's CPU {server_cpu_s(base / 'server'):.1f} s, "
+              f"load average before {load:.2f}", flush=True)
+
+
 def _ports(d: Path) -> tuple[int, int]:
     state = json.loads((d / "server" / "server.json").read_text())
     return state["port"], state["pg_port"]
@@ -189,6 +215,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=12)
     ap.add_argument("--restart", choices=["server", "postgres"], default=None)
     ap.add_argument("--after", type=int, default=8, help="--restart once this many reruns have finished")
+    ap.add_argument("--restarts", type=int, default=0, help="no sweeps: time start after a crash this many times")
     ap.add_argument("--dir", type=Path, default=None, help="where the server and the sweeps live (default: a temp dir)")
     a = ap.parse_args(argv)
     base = Path(a.dir or tempfile.mkdtemp(prefix="recipe_audit_load_"))
@@ -202,6 +229,9 @@ def main(argv=None) -> int:
     print(f"server {uri} started in {took:.1f} s", flush=True)
     ok = True
     try:
+        if a.restarts:
+            restarts(base, a.restarts)
+            return 0
         for n in [int(x) for x in a.sweeps.split(",")]:
             res = round_of(uri, base, n, a.seeds, a.restart, a.after)
             print(json.dumps(res), flush=True)
