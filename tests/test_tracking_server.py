@@ -390,6 +390,8 @@ def test_server_gone_mid_sweep_stops_clearly_and_resumes(server, tmp_path):
         again = run_app([*args, "tracking.resume=true"], cwd=tmp_path, env_extra={**ENV, **creds}, timeout=600)
         assert again.returncode == 0, again.stderr[-3000:]
         runs = client.search_runs([exp.experiment_id], "tags.`recipe_audit.kind` = 'rerun'")
+        # the parent run and the attempt the server's end cut short are closed too
+        assert [r.info.run_id for r in client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")] == []
     finally:
         for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
             os.environ.pop(k, None)
