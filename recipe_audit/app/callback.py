@@ -362,8 +362,11 @@ class RecipeAuditCallback(Callback):
         except Exception as exc:  # noqa: BLE001 - the job still runs; the card counts it as never logged
             from recipe_audit.store.uris import mask_in_text
 
-            jobs.stop_on_full_disk(exc, self._job_place(config).uri, OmegaConf.select(config, self.seed_key),
+            seed = OmegaConf.select(config, self.seed_key)
+            jobs.stop_on_full_disk(exc, self._job_place(config).uri, seed,
                                    self._abandoned if getattr(self, "sweep", None) is not None else None)
+            if self._job_place(config).uri.startswith(("http://", "https://")):  # a server that did not come back
+                jobs.stop_if_store_gone(self._job_place(config).uri, seed, exc)
             log.error("recipe_audit: could not open the rerun's run (%s); this seed counts as unfinished",
                       mask_in_text(one_line(exc)))
             self._job = None
@@ -396,6 +399,10 @@ class RecipeAuditCallback(Callback):
         try:
             jobs.stop_resuming()
             self._close_rerun(config, job, job_return)
+        except Exception as exc:
+            if job.rerun.tracking_uri.startswith(("http://", "https://")):  # a server that did not come back
+                jobs.stop_if_store_gone(job.rerun.tracking_uri, job.rerun.seed, exc)
+            raise
         finally:
             jobs.end_job(job)
 

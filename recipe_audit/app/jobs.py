@@ -167,6 +167,21 @@ def stop_on_full_disk(exc: BaseException, uri: str, seed: Any, on_disk_full: Cal
          "are kept).")
 
 
+def stop_if_store_gone(uri: str, seed: Any, exc: BaseException) -> None:
+    """A tracking server that went away mid-sweep (and did not come back while the store's calls
+    waited for it) stops the sweep with one sentence, rather than recording reruns nowhere: every
+    rerun that finished before is in the store, and relaunching with ``tracking.resume=true``
+    trains only the others. Returns when the store answers (``exc`` was something else)."""
+    from recipe_audit.store import tracking
+
+    try:
+        tracking.check_reachable(uri)
+    except tracking.TrackingError as gone:
+        stop(f"{gone} Seed {seed} was not recorded and the sweep stops here; the reruns that "
+             "finished are in the store: relaunch the same command with tracking.resume=true "
+             "once it is back.")
+
+
 def end_job(job: Job) -> None:
     """The process as it was before the job: MLflow's variables and ``end_run``, Lightning's
     ``MLFlowLogger``, no current rerun."""

@@ -232,14 +232,9 @@ def _stop_if_store_gone(uri: str, seed: int, exc: BaseException) -> None:
     """A tracking server that went away mid-sweep stops the sweep with one sentence (rather than
     recording reruns nowhere): every rerun that finished before is in the store, and relaunching
     with ``tracking.resume=true`` trains only the others."""
-    from recipe_audit.store import tracking
+    from recipe_audit.app.jobs import stop_if_store_gone
 
-    try:
-        tracking.check_reachable(uri)
-    except tracking.TrackingError as gone:
-        _fail(f"{gone} Seed {seed} was not recorded and the sweep stops here; the reruns that "
-              "finished are in the store: relaunch the same command with tracking.resume=true "
-              "once it is back.", exc, record=False)
+    stop_if_store_gone(uri, seed, exc)
 
 
 def _fail(message: str, exc: BaseException | None = None, record: bool = True) -> None:
