@@ -234,3 +234,23 @@ def test_a_rerun_s_artifacts_are_uploaded_again(store, tmp_path):
     logger._artifacts = repo = Repo()
     logger.log_artifacts(tmp_path, "adapter")
     assert repo.calls == 2 and clock.slept == [2.0]
+
+
+def test_a_server_that_did_not_come_back_stops_the_sweep_in_one_sentence(store, capsys):
+    """A job whose rerun could not be opened or closed because the server is gone (its calls
+    waited and gave up) stops the sweep with the resume sentence; a store that answers does not."""
+    from socket import socket
+
+    from recipe_audit.app import jobs
+
+    with socket() as s:  # a port nobody listens on: connection refused
+        s.bind(("127.0.0.1", 0))
+        gone = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(SystemExit) as stopped:
+        jobs.stop_if_store_gone(gone, 3, _lost("runs/update"))
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"recipe_audit: error: The MLflow tracking server at {gone} is not reachable (")
+    assert err.endswith("Seed 3 was not recorded and the sweep stops here; the reruns that finished are in the "
+                        "store: relaunch the same command with tracking.resume=true once it is back.")
+    jobs.stop_if_store_gone(store, 3, ValueError("something else"))  # answers: returns, the caller raises
