@@ -460,7 +460,7 @@ def test_start_after_a_crash_finds_what_is_left(tmp_path):
 
 
 @pytest.mark.slow
-def test_sweeps_at_once_ride_through_a_server_crash_and_a_postgres_restart(server, tmp_path):
+def test_sweeps_at_once_ride_through_a_server_crash_and_a_postgres_restart_ci(server, tmp_path):
     """Four sweeps start at once into one new experiment (they race to create it), the MLflow
     server is killed mid-sweep and started again (start, no stop), then its PostgreSQL is
     restarted: every sweep waits them out, saying so, and ends with every seed FINISHED once and its
