@@ -506,5 +506,9 @@ def test_sweeps_at_once_ride_through_a_server_crash_and_a_postgres_restart_ci(se
         os.environ.pop(k, None)
     assert got["seeds_finished"] == n * seeds and got["cards"] == n and got["running"] == 0, got
     assert got["reruns_not_finished"] == 0, got
+    # a sweep whose call met the outage says it waits and then that the server answers again; on a
+    # quiet machine the new server can be up before any call fails for longer than MLflow's own
+    # retries cover (seen: 0 of 4 sweeps waited, 2026-12-06), so no sweep need have waited
+    # (the wait and its two lines are tested in process: tests/store/test_retrying.py)
     waited = [lg for lg in logs if "; waiting for it, up to 120 s" in lg]
-    assert waited and all("answers again (after" in lg for lg in waited)
+    assert all("answers again (after" in lg for lg in waited), [lg[-2000:] for lg in waited]
