@@ -11,6 +11,7 @@ import json
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from helpers.keys import key_pair
 
 from recipe_audit.cards import signing
 from recipe_audit.cards.signing import SigningError, SigningKey, TrustedKey
@@ -19,21 +20,11 @@ FILES = {"card.json": b'{"kind": "recipe_card"}\n', "card.md": b"# Recipe card\n
 RERUNS = ["a" * 64, "b" * 64]
 
 
-def _pair(folder, name, curve=None, password=None):
-    key = ec.generate_private_key(curve or ec.SECP256R1())
-    enc = serialization.BestAvailableEncryption(password.encode()) if password else serialization.NoEncryption()
-    (folder / f"{name}.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                           serialization.PrivateFormat.PKCS8, enc))
-    (folder / f"{name}.pub").write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    return folder / f"{name}.pem", folder / f"{name}.pub"
-
-
 @pytest.fixture(scope="module")
 def keys_(tmp_path_factory):
     folder = tmp_path_factory.mktemp("keys")
-    return {"ci": _pair(folder, "ci"), "other": _pair(folder, "other"),
-            "p384": _pair(folder, "p384", ec.SECP384R1()), "locked": _pair(folder, "locked", password="s3cret")}
+    return {"ci": key_pair(folder, "ci"), "other": key_pair(folder, "other"),
+            "p384": key_pair(folder, "p384", ec.SECP384R1()), "locked": key_pair(folder, "locked", password="s3cret")}
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +125,7 @@ def test_keys_that_cannot_sign_or_be_trusted_are_refused_in_one_sentence(keys_, 
     (tmp_path / "rsa.pem").write_bytes(rsa_key.private_bytes(serialization.Encoding.PEM,
                                                              serialization.PrivateFormat.PKCS8,
                                                              serialization.NoEncryption()))
-    p192 = _pair(tmp_path, "p192", ec.SECP192R1())
+    p192 = key_pair(tmp_path, "p192", ec.SECP192R1())
     cases = [
         (lambda: SigningKey.load(str(tmp_path / "none.pem")), "Cannot read the signing key "),
         (lambda: SigningKey.load(str(keys_["ci"][1])), "is not a PEM private key"),

@@ -300,19 +300,10 @@ def test_the_rewrite_is_named(store):
 @pytest.fixture(scope="module")
 def key_pair(tmp_path_factory):
     """The CI's key pair and an attacker's: PEM files (private, public), made here."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
+    from helpers.keys import key_pair as write_key_pair
 
     folder = tmp_path_factory.mktemp("keys")
-    out = {}
-    for who in ("ci", "attacker"):
-        key = ec.generate_private_key(ec.SECP256R1())
-        (folder / f"{who}.pem").write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-        (folder / f"{who}.pub").write_bytes(key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-        out[who] = (folder / f"{who}.pem", folder / f"{who}.pub")
-    return out
+    return {who: write_key_pair(folder, who) for who in ("ci", "attacker")}
 
 
 def _signer(key_pair, who="ci"):

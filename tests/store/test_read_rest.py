@@ -8,13 +8,13 @@ time. bench/bench_query_rest.py measures the same path against a real ``mlflow s
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from helpers.read_stores import BYO_READ, METRIC, RICH_EXTRA, RICH_GROUP
+from helpers.team_app import point_server_at, serve
 
 from recipe_audit import keys
 from recipe_audit.reruns import collect_reruns
@@ -23,20 +23,10 @@ from recipe_audit.store.read import QueryError, read_runs
 
 
 def _serve(uri: str, artifacts: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    from mlflow.server import app, handlers
-    from werkzeug.serving import make_server
+    from mlflow.server import app
 
-    monkeypatch.setenv("_MLFLOW_SERVER_FILE_STORE", uri)
-    monkeypatch.setenv("_MLFLOW_SERVER_ARTIFACT_ROOT", str(artifacts))
-    monkeypatch.setattr(handlers, "_tracking_store", None)
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
+    point_server_at(uri, artifacts, monkeypatch)
+    yield from serve(app)
 
 
 @pytest.fixture
