@@ -16,7 +16,7 @@ from recipe_audit import keys
 from recipe_audit.reruns import QueryError
 from recipe_audit.store.raw_runs import RawRuns, floats, objects, redact
 
-__all__ = ["PAGE_SIZE", "REST_PAGE", "REST_SLICES", "SMALL_PAGE_SIZE", "read_client", "read_params", "read_rest"]
+__all__ = ["PAGE_SIZE", "REST_PAGE", "REST_SLICES", "SMALL_PAGE_SIZE", "host_creds", "read_client", "read_params", "read_rest"]
 
 PAGE_SIZE = 50_000
 """Runs per ``search_runs`` page (MLflow's SEARCH_MAX_RESULTS_THRESHOLD)."""
@@ -209,6 +209,14 @@ def _rest_slices(creds: Any, experiment_id: str) -> list[str]:
     return filters
 
 
+def host_creds(uri: str) -> Any:
+    """MLflow's credentials for the tracking server at ``uri`` (the ones its REST client sends:
+    ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD`` or a token, TLS settings), for requests made here."""
+    from mlflow.tracking._tracking_service.utils import _get_store
+
+    return _get_store(uri).get_host_creds()
+
+
 def read_rest(
     uri: str,
     experiment_name: str,
@@ -232,7 +240,6 @@ def read_rest(
     from concurrent.futures import ThreadPoolExecutor
 
     from mlflow.tracking import MlflowClient
-    from mlflow.tracking._tracking_service.utils import _get_store
 
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(experiment_name)
@@ -240,7 +247,7 @@ def read_rest(
         raise QueryError(f"No experiment named {experiment_name!r} in {redact(uri)}.")
     if exp.lifecycle_stage != "active":
         raise QueryError(f"Experiment {experiment_name!r} in {redact(uri)} is deleted.")
-    creds = _get_store(uri).get_host_creds()
+    creds = host_creds(uri)
     experiment_id = str(exp.experiment_id)
 
     def fetch(filter_string: str) -> list[dict[str, Any]]:

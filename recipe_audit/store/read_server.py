@@ -17,6 +17,7 @@ import numpy as np
 
 from recipe_audit.reruns import QueryError
 from recipe_audit.store.raw_runs import RawRuns, floats, objects, redact
+from recipe_audit.store.read_client import host_creds
 from recipe_audit.store.server_app import API_VERSION, PREFIX, STORE
 
 __all__ = ["offers_reads", "read_history_server", "read_params_server", "read_runs_server"]
@@ -25,12 +26,6 @@ _OFFERS: dict[str, bool] = {}
 _OFFERS_LOCK = threading.Lock()
 PROBE_TIMEOUT_S = 10
 """How long the probe waits for the server's answer."""
-
-
-def _creds(uri: str) -> Any:
-    from mlflow.tracking._tracking_service.utils import _get_store
-
-    return _get_store(uri).get_host_creds()
 
 
 def offers_reads(uri: str) -> bool:
@@ -44,7 +39,7 @@ def offers_reads(uri: str) -> bool:
         from mlflow.utils.rest_utils import http_request
 
         try:
-            resp = http_request(_creds(uri), f"{PREFIX}/info", "GET", max_retries=0, timeout=PROBE_TIMEOUT_S,
+            resp = http_request(host_creds(uri), f"{PREFIX}/info", "GET", max_retries=0, timeout=PROBE_TIMEOUT_S,
                                 raise_on_status=False)
             doc = json.loads(resp.text) if resp.status_code == 200 else {}
         except Exception:  # noqa: BLE001 - no answer is no; the read that follows says what is wrong
@@ -71,7 +66,7 @@ def _post(uri: str, route: str, body: dict[str, Any]) -> Any:
     from mlflow.utils.rest_utils import http_request, verify_rest_response
 
     endpoint = f"{PREFIX}/{route}"
-    resp = http_request(_creds(uri), endpoint, "POST", json=body, raise_on_status=False)
+    resp = http_request(host_creds(uri), endpoint, "POST", json=body, raise_on_status=False)
     name = body["experiment_name"]
     if resp.status_code == 403:
         raise QueryError(f"The tracking server at {redact(uri)} does not let this user read experiment {name!r}.")
