@@ -361,7 +361,7 @@ def update_vector(base, names: Sequence[str], *, adapter=None, finetuned=None, m
                 if cfg.get("peft_type") not in (None, "LORA"):
                     notes.append(f"adapter type {cfg.get('peft_type')} (merged with peft's merge_and_unload)")
                 named = cfg.get("base_model_name_or_path")
-                own = getattr(base.config, "_name_or_path", "") or ""
+                own = getattr(base.config, "name_or_path", "") or ""  # transformers: the public property
                 if named and own and Path(str(named)).name != Path(str(own)).name:
                     notes.append(f"the adapter names base '{named}', the declared base is '{own}'")
                 try:
