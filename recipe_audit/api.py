@@ -353,7 +353,7 @@ def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
                           planned_seeds=None if planned_seeds is None else tuple(planned_seeds))
     cells = [cell_from_rerun_set(rs, "") for rs in sets]
     source = {"experiment": None, "metric": name, "seed_key": seed_col, "group_by": groups,
-              "read_path": "dataframe", "planned_seeds": None if planned_seeds is None else list(planned_seeds)}
+              "planned_seeds": None if planned_seeds is None else list(planned_seeds)}
     return Card(build_card(cells, opts, source))
 
 

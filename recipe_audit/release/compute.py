@@ -134,7 +134,7 @@ def compute_card(req: CardRequest, opts: CardOptions, *, split_audit: bool = Fal
     source = {
         "tracking_uri": frame.attrs.get("uri"), "experiment": req.experiment, "metric": _metric_name(req.metric),
         "seed_key": req.seed_key, "group_by": list(req.group_by), "recipe_id": req.recipe_id,
-        "sweep_id": req.sweep_id, "read_path": frame.attrs.get("path"),
+        "sweep_id": req.sweep_id,
         "planned_seeds": None if req.planned_seeds is None else list(req.planned_seeds),
         "family_recipe_ids": cells_read.family_ids,
     }

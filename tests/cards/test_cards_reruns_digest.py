@@ -130,6 +130,20 @@ def test_the_digest_covers_every_field_and_file_of_the_card(store, tmp_path):
     assert not res.ok and res.kinds == ("hand-edited",) and "recipe_summary" in res.summary()
 
 
+def test_a_card_that_records_the_path_that_read_it_still_verifies(store, tmp_path):
+    """Cards of earlier versions record the read path in ``source.read_path``; cards no longer do
+    (the bytes would depend on it), and such a card stays valid and verifies."""
+    synthetic_sweep(store, {s: 0.9 for s in range(25)})
+    doc = _card(store)
+    assert "read_path" not in doc["source"]
+    doc["source"] = {**doc["source"], "read_path": "sql"}  # as an earlier version wrote it
+    files = render_files(seal(doc), tmp_path / "old")
+    found = read_card(str(files["json"]))
+    assert found.doc["source"]["read_path"] == "sql"
+    validate(found.doc)
+    assert self_check(found.doc, found) == [] and verify_card(found.doc, store, found).ok
+
+
 def _legacy(doc):
     old = {k: v for k, v in doc.items() if k not in ("digest_scheme", "content_digest", "artifacts")}
     old["schema_version"] = "1.0"

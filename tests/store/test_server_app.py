@@ -1,7 +1,7 @@
 """recipe_audit's server app (recipe_audit/store/server_app.py), in process: basic-auth decides who
 reads what on its routes as it does on MLflow's own (a permission matrix with real users, made
 through basic-auth's own API), and the reads through it are the SQL reads: the same frames, the
-same gate history, the same cards (byte for byte but where they were read), whichever path (the app, a stock server's REST API, the
+same gate history, the same cards (byte for byte on one server URI), whichever path (the app, a stock server's REST API, the
 database directly). tests/test_tracking_server.py runs the app in the launcher's real server."""
 
 from __future__ import annotations
@@ -154,11 +154,14 @@ def test_a_deleted_experiment_reads_as_on_the_database(errors_store, tmp_path, m
 
 
 def test_cards_and_the_gates_history_are_the_same_on_every_path(store, tmp_path, monkeypatch, as_admin, capsys):
-    """One store, three paths: the app, a stock MLflow server's REST API (the same store served
-    without the app) and the database. The gate's history (every attempt, deleted runs, metric
-    histories, rewrites) is the same, and so is the card (``created`` pinned), byte for byte but for
-    where it was read (the JSON's ``source.tracking_uri`` and ``source.read_path``) and the
-    digests that cover those two (in the JSON, and the content digest in the Markdown's last line)."""
+    """One store, four reads: the app, the REST path against the same server (the probe's answer
+    taken as no), a stock MLflow server's REST API (the same store served without the app) and the
+    database. The gate's history (every attempt, deleted runs, metric histories, rewrites) is the
+    same, and so is the card (``created`` pinned): its files byte for byte for the app and the REST
+    path of one server URI (the card does not record the path), and else but for the URI (the
+    JSON's ``source.tracking_uri``) and the digests that cover it (in the JSON, and the content
+    digest in the Markdown's last line)."""
+    from recipe_audit.cards.files import render_files
     from recipe_audit.cards.model import CardOptions
     from recipe_audit.cards.render import to_markdown
     from recipe_audit.release.compute import SUMMARY_PARAMS, CardRequest, compute_card
@@ -176,6 +179,10 @@ def test_cards_and_the_gates_history_are_the_same_on_every_path(store, tmp_path,
     for app_uri in serve(team_app(tmp_path, monkeypatch)):
         for stock_uri in serve(mlflow_flask_app()):
             got = {"server": read(app_uri), "rest": read(stock_uri), "sql": read(store)}
+        with monkeypatch.context() as m:  # the same server read as a stock one: MLflow's REST API
+            m.setattr(read_server, "offers_reads", lambda uri: False)
+            m.setattr(read_server, "read_runs_server", None)  # never called on this path
+            got["server, rest"] = read(app_uri)
     err = "".join(line for line in capsys.readouterr().err.splitlines(True) if line.startswith("recipe_audit:"))
     assert f"reading {app_uri} through its recipe_audit endpoints" in err
     assert f"{stock_uri} offers no recipe_audit reads (a stock MLflow server); reading through MLflow's REST" in err
@@ -184,7 +191,7 @@ def test_cards_and_the_gates_history_are_the_same_on_every_path(store, tmp_path,
     hist = got["sql"][0]
     assert len(hist.rewrites) == 1 and hist.frame["lifecycle_stage"].eq("deleted").sum() == 1
     assert hist.frame["history"].map(len).sum() > 0 and len(hist.frame) == 14
-    for path in ("server", "rest"):
+    for path in ("server", "rest", "server, rest"):
         other = got[path][0]
         def shown(frame):  # a tuple holding NaN equals only itself: compare the values' reprs
             return frame.assign(history=frame["history"].map(repr))
@@ -195,15 +202,18 @@ def test_cards_and_the_gates_history_are_the_same_on_every_path(store, tmp_path,
 
     def where_read_aside(card) -> str:
         doc = card.to_json()
-        assert doc["source"].pop("read_path") in ("server", "rest", "sql")
+        assert "read_path" not in doc["source"]
         doc["source"].pop("tracking_uri")
         for k in ("digest", "content_digest"):
             doc.pop(k)
         return json.dumps(doc, sort_keys=True)
 
     cards = {path: card for path, (_, card) in got.items()}
-    assert {p: c.to_json()["source"]["read_path"] for p, c in cards.items()} == {
-        "server": "server", "rest": "rest", "sql": "sql"}
+    files = {p: render_files(c, tmp_path / "cards" / p.replace(", ", "_")) for p, c in cards.items()}
+    assert {"json", "markdown", "html"} <= set(files["server"])
+    for kind, path in files["server"].items():  # one server URI, two paths: the same bytes
+        assert path.read_bytes() == files["server, rest"][kind].read_bytes(), kind
+    assert cards["server"].to_json()["source"]["tracking_uri"] == app_uri
     assert where_read_aside(cards["server"]) == where_read_aside(cards["sql"]) == where_read_aside(cards["rest"])
     md = {p: to_markdown(c).replace(c.to_json()["content_digest"], "<digest>") for p, c in cards.items()}
     assert md["server"] == md["sql"] == md["rest"] and md["sql"].count("<digest>") == 1
