@@ -13,9 +13,11 @@ Hydra's override-parser traceback.
 
 import sys
 
-#: The recipe-audit commands ``python -m recipe_audit`` forwards (the command line's subcommands;
-#: tests/test_cli_fast.py keeps the two lists equal, so the app need not build the parser to know).
-CLI_COMMANDS = ("bound", "card", "acceptance", "attach", "gate", "verify")
+from recipe_audit.commands import COMMANDS
+
+#: The recipe-audit commands ``python -m recipe_audit`` forwards: the command line's subcommands, as
+#: registered (``recipe_audit.commands.COMMANDS``), known without building the parser.
+CLI_COMMANDS = tuple(COMMANDS)
 
 __all__ = ["main", "run"]
 

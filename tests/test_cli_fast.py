@@ -107,16 +107,24 @@ def test_python_m_recipe_audit_forwards_a_command_word_to_the_cli():
     assert proc.stdout.startswith("usage: recipe-audit card")
 
 
-def test_the_command_words_python_m_forwards_are_the_clis_commands():
-    """``python -m recipe_audit`` keeps its own list of command words (so the Hydra app does not
-    build the CLI's parser at every start): it must name exactly the CLI's subcommands."""
+def test_the_command_words_python_m_forwards_are_the_clis_commands(monkeypatch):
+    """A command is registered once (``recipe_audit.commands.COMMANDS``: word -> module): the parser
+    has exactly those subcommands, in that order, each module registering exactly the words named
+    for it, and ``python -m recipe_audit`` forwards the same words. A module whose words disagree
+    with the registry stops the parser from being built."""
     import argparse
 
+    from recipe_audit import cli, commands
     from recipe_audit.__main__ import CLI_COMMANDS
-    from recipe_audit.cli import build_parser
 
-    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    assert sorted(CLI_COMMANDS) == sorted(sub.choices)
+    (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(sub.choices) == list(commands.COMMANDS) == list(CLI_COMMANDS)
+    assert set(cli.HANDLERS) == set(commands.COMMANDS)
+    assert cli.HANDLERS["verify"].__module__ == "recipe_audit.commands.registry"
+    monkeypatch.setattr(commands, "COMMANDS", {k: v for k, v in commands.COMMANDS.items() if k != "gate"})
+    monkeypatch.setattr(cli, "COMMANDS", commands.COMMANDS)
+    with pytest.raises(AssertionError, match=r"commands\.registry registers \['attach', 'gate', 'verify'\]"):
+        cli.build_parser()
 
 
 @pytest.mark.parametrize("argv", [["card", "--help"], ["bound", "-k", "0", "-n", "59"]])

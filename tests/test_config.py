@@ -208,6 +208,7 @@ def test_every_door_defaults_to_the_declared_audit_options():
     from recipe_audit.app.callback import RecipeAuditCallback
     from recipe_audit.app.schema import RecipeAuditCallbackConfig
     from recipe_audit.cards.model import CardOptions
+    from recipe_audit.commands import card as card_command
 
     declared = _declared()
     doors = {
@@ -227,7 +228,7 @@ def test_every_door_defaults_to_the_declared_audit_options():
         if "lower_is_better" in a:
             got["higher_is_better"] = not a["lower_is_better"]
         if "tau" in a:
-            assert a["tau"] == [] and "AuditOptions.taus" in inspect.getsource(cli)  # the card's default τ
+            assert a["tau"] == [] and "AuditOptions.taus" in inspect.getsource(card_command)  # the default τ
         doors[f"recipe-audit {argv[0]}"] = got
     drift = {door: {n: (v, declared[n]) for n, v in got.items() if v != declared[n]} for door, got in doors.items()}
     assert {door: d for door, d in drift.items() if d} == {}

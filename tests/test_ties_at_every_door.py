@@ -57,7 +57,7 @@ def _cli_floor(parser, eps: str, n: int, delta: str) -> tuple[int, str]:
     a = parser.parse_args(["bound", "-k", "0", "-n", str(n), "--eps", eps, "--delta", delta, "--json"])
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert cli.COMMANDS[a.command](a) == 0
+        assert cli.HANDLERS[a.command](a) == 0
     got = json.loads(out.getvalue())
     return got["sample_floor"], got["verdict"]
 

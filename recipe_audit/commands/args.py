@@ -83,3 +83,11 @@ failures = whole(0, MAX_RERUNS, MAX_RERUNS_TEXT)
 reruns = whole(1, MAX_RERUNS, MAX_RERUNS_TEXT)
 #: The size M of the family a recipe was chosen from.
 family_size = audit_option("family_size")
+
+
+def family_or_anytime(a: argparse.Namespace, what: str) -> None:
+    """Refuse ``--family-size`` with ``--anytime``: ``what`` reads one or the other."""
+    if a.family_size is not None and a.anytime:
+        raise ValueError(f"Give --family-size or --anytime, not both: {what} reads either a recipe chosen "
+                         "from a family or an open-ended sweep.")
+
