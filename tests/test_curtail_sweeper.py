@@ -7,12 +7,13 @@ import json
 
 import pytest
 from helpers.app import SMALL, run_app
-from helpers.sweepers import Sweeper, make_sweeper
+from helpers.sweepers import FakeLauncher, Sweeper, make_sweeper
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import HydraException
 
 from recipe_audit import keys, stats
 from recipe_audit.app.curtailing import RECORD_FILE, CurtailingSweeperBase
+from recipe_audit.app.outcomes import OUTCOMES_DIR, OutcomeChannel
 
 
 @pytest.fixture(autouse=True)
@@ -77,18 +78,63 @@ def test_missing_or_bad_metrics(tmp_path):
     assert CurtailingSweeperBase.failed(_ret(0.8), "calibration", [0.7, 0.9], True) == [False, True]
     assert CurtailingSweeperBase.failed(_ret("0.8"), "calibration", [0.7], True) == [True]
     # with the recipe_audit callback, what it recorded for the job decides, not the return value
-    done = _ret(None)
-    done.recipe_audit = {"status": "FINISHED", "metrics": {"eval_accuracy": 0.75}}
-    assert CurtailingSweeperBase.failed(done, "eval_accuracy", [0.7, 0.8], True) == [False, True]
-    crashed = _ret(None)
-    crashed.recipe_audit = {"status": "FAILED", "metrics": {"eval_accuracy": 0.95}}
-    assert CurtailingSweeperBase.failed(crashed, "eval_accuracy", [0.7], True) == [True]
+    done = {"status": "FINISHED", "metrics": {"eval_accuracy": 0.75}}
+    assert CurtailingSweeperBase.failed(_ret(None), "eval_accuracy", [0.7, 0.8], True, done) == [False, True]
+    crashed = {"status": "FAILED", "metrics": {"eval_accuracy": 0.95}}
+    assert CurtailingSweeperBase.failed(_ret(0.95), "eval_accuracy", [0.7], True, crashed) == [True]
     with pytest.raises(HydraException, match="seed sweep"):
         _sweeper(tmp_path, lambda ov: None).sweep(["recipe.lr=1,2"])
     with pytest.raises(HydraException, match="batch_size"):
         Sweeper(batch_size=0)
     with pytest.raises(HydraException, match="stop_on"):
         Sweeper(stop_on="never")
+
+
+class _PostingLauncher(FakeLauncher):
+    """Each job returns None and posts its outcome by job index, as the recipe_audit callback does in
+    the job's process (a job whose worker died posts nothing)."""
+
+    def __init__(self, sweep_dir, value_of):
+        super().__init__(lambda ov: None)
+        self.channel, self.value_of = OutcomeChannel(sweep_dir), value_of
+
+    def launch(self, job_overrides, initial_job_idx):
+        for i, job in enumerate(job_overrides):
+            value = self.value_of(dict(o.split("=", 1) for o in job))
+            if value is not None:
+                self.channel.post(initial_job_idx + i, {"run_id": "r", "status": "FINISHED", "recipe_id": "abc",
+                                                        "metrics": {"accuracy/calibration": value}, "error": None})
+        return super().launch(job_overrides, initial_job_idx)
+
+
+def test_outcomes_reach_the_sweeper_by_job_index(tmp_path):
+    """What the callback recorded for each job reaches the sweeper through the outcome channel, by
+    job index, not on Hydra's JobReturn: a job returning None whose outcome is FINISHED at 0.9
+    passes; seeds 3 and 4 (their worker died: no outcome, no value) fail; the channel's folder is
+    gone after the sweep, and one an earlier launch left behind is emptied before it starts."""
+    stale = OutcomeChannel(tmp_path / "sweep")
+    stale.open()
+    stale.post(0, {"status": "FAILED", "metrics": {}})  # an earlier launch's job 0: not this one's
+    sw = _sweeper(tmp_path, None)
+    sw.launcher = _PostingLauncher(tmp_path / "sweep", lambda ov: None if ov["seed"] in ("3", "4") else 0.9)
+    sw.sweep(["seed=range(30)"])
+    (g,) = sw.groups
+    assert g.launched == 6 and g.failures == [2] and g.recipe_id == "abc"  # two failures settle N = 30
+    assert not (tmp_path / "sweep" / OUTCOMES_DIR).exists()
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == sorted([RECORD_FILE, "multirun.yaml"])
+
+
+def test_a_job_whose_worker_always_died_posts_killed(tmp_path):
+    """The parallel launcher's result for a job whose worker died every time: no value on the
+    JobReturn, and a KILLED outcome posted for its index."""
+    from recipe_audit.app.parallel import _killed_return
+
+    channel = OutcomeChannel(tmp_path)
+    channel.open()
+    ret = _killed_return(["seed=7"], tmp_path, 12)
+    assert ret.status == JobStatus.COMPLETED and ret.return_value is None and ret.overrides == ["seed=7"]
+    assert channel.take(12) == {"run_id": None, "status": "KILLED", "metrics": {}, "error": "its worker process died"}
+    assert CurtailingSweeperBase.failed(ret, "calibration", [0.7], True, None) == [True]
 
 
 def _ret(value):

@@ -20,6 +20,7 @@ from helpers import procs
 from helpers.inprocess import run_script_here
 
 from recipe_audit import keys
+from recipe_audit.app.outcomes import OUTCOMES_DIR
 
 PLAIN_APP = '''
 import os, random
@@ -334,6 +335,7 @@ def test_the_curtailing_sweeper_stops_a_users_sweep(tmp_path, store):
     assert cell["curtailment"]["n_planned"] == 30 and cell["curtailment"]["stopped_early"]
     assert "release-supported at N = 30 allows at most 0 failures" in cell["curtailment"]["sweep_reason"]
     assert "4/4 (N = 30 planned)" in proc.stdout
+    assert not (sweep_dir / OUTCOMES_DIR).exists()  # the outcome channel closed with the sweep
 
 
 def test_only_the_main_process_writes_under_a_multi_process_launch(tmp_path, store):

@@ -48,7 +48,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipe_audit.app import jobs, sweep_plan
 from recipe_audit.app.job_env import SweepEnv, sweep_tags
-from recipe_audit.app.outcomes import Bars, Progress
+from recipe_audit.app.outcomes import Bars, OutcomeChannel, Progress
 from recipe_audit.app.process import one_line, quiet_interrupts, rank, stop
 from recipe_audit.app.sweep_end import JobsKind, abandon_sweep, end_sweep, recipe_cards
 from recipe_audit.app.sweep_plan import CallbackOptionError, option_name, planned_seeds
@@ -410,8 +410,9 @@ class RecipeAuditCallback(Callback):
         returned, error = job_result(job_return)
         outcome = jobs.close_job(job, returned, error, bars=self.bars(), kind=self.run_kind, bar_tags=self.bar_tags,
                                  on_disk_full=self._abandoned if getattr(self, "sweep", None) is not None else None)
-        job_return.recipe_audit = outcome  # read by recipe_audit's curtailing sweeper
-        if not self._job_place(config).multirun:
+        if self._job_place(config).multirun:  # to a sweeper that asked for it (the curtailing sweeper)
+            OutcomeChannel(self._job_place(config).sweep_dir).post(int(config.hydra.job.num), outcome)
+        else:
             self._single_run_id = job.rerun.run_id  # printed when the run ends
         self._report(job, outcome)
         if self._progress is not None and self._progress.pid == os.getpid():  # jobs in this process

@@ -50,6 +50,8 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from recipe_audit import keys
+from recipe_audit.app import distributed
+from recipe_audit.app.outcomes import OutcomeChannel
 from recipe_audit.app.sweepers import RecipeSweeperBase, check_curtail_options, seed_key
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 from recipe_audit.store.curtailment import RECORD_FILE  # also written beside the sweep
@@ -145,13 +147,14 @@ class CurtailingSweeperBase(RecipeSweeperBase):
         return list(groups.values())
 
     @staticmethod
-    def failed(ret: JobReturn, metric: str, taus: Sequence[float], higher_is_better: bool) -> list[bool]:
+    def failed(ret: JobReturn, metric: str, taus: Sequence[float], higher_is_better: bool,
+               outcome: dict[str, Any] | None = None) -> list[bool]:
         """Per τ: did this rerun fail? What the recipe_audit callback recorded for the job decides
-        (its status and the metric its run holds); without the callback, the job's return value
-        (``{audit set: metric}`` as the built-in trainer returns, or a number). A rerun that did
-        not finish, or has no finite metric, fails at every bar. A job that raised with no
-        callback to record it re-raises here, as with Hydra's basic sweeper."""
-        outcome = getattr(ret, "recipe_audit", None)
+        (``outcome``, from the :class:`recipe_audit.app.outcomes.OutcomeChannel`: its status and
+        the metric its run holds); without the callback, the job's return value (``{audit set:
+        metric}`` as the built-in trainer returns, or a number). A rerun that did not finish, or
+        has no finite metric, fails at every bar. A job that raised with no callback to record it
+        re-raises here, as with Hydra's basic sweeper."""
         if outcome is not None:
             value = outcome["metrics"].get(metric) if outcome.get("status") == "FINISHED" else None
         else:
@@ -164,8 +167,7 @@ class CurtailingSweeperBase(RecipeSweeperBase):
         return [(value < t) if higher_is_better else (value > t) for t in taus]
 
     @staticmethod
-    def _recipe_id(ret: JobReturn) -> str | None:
-        outcome = getattr(ret, "recipe_audit", None)
+    def _recipe_id(ret: JobReturn, outcome: dict[str, Any] | None) -> str | None:
         if outcome is not None and outcome.get("recipe_id"):
             return outcome["recipe_id"]
         try:
@@ -200,6 +202,12 @@ class CurtailingSweeperBase(RecipeSweeperBase):
                         floor, audit["eps"], audit["delta"])
         returns: list[Sequence[JobReturn]] = []
         job_idx = 0
+        # each job's outcome, by job index, from the recipe_audit callback (under a multi-process
+        # accelerate launch, only the main process's callback records one); an earlier launch's
+        # channel, left by a sweep that stopped, is emptied as it opens
+        channel = OutcomeChannel(sweep_dir) if distributed.is_main_process() else None
+        if channel is not None:
+            channel.open()
         while True:
             active = [g for g in self.groups if not g.done]
             if not active:
@@ -211,14 +219,15 @@ class CurtailingSweeperBase(RecipeSweeperBase):
                 owners += [g] * len(take)
             self.validate_batch_is_legal(batch)
             results = self.launcher.launch(batch, initial_job_idx=job_idx)
+            outcomes = [channel.take(job_idx + i) if channel is not None else None for i in range(len(batch))]
             job_idx += len(batch)
             returns.append(results)
-            for ret, g in zip(results, owners, strict=True):
-                for i, f in enumerate(self.failed(ret, audit["metric"], taus, audit["higher_is_better"])):
+            for ret, g, outcome in zip(results, owners, outcomes, strict=True):
+                for i, f in enumerate(self.failed(ret, audit["metric"], taus, audit["higher_is_better"], outcome)):
                     g.failures[i] += int(f)
                 g.launched += 1
                 if g.recipe_id is None:
-                    g.recipe_id = self._recipe_id(ret)
+                    g.recipe_id = self._recipe_id(ret, outcome)
             for g in active:
                 if self.stop_on == "anytime":
                     self._look(g, audit)
@@ -229,6 +238,8 @@ class CurtailingSweeperBase(RecipeSweeperBase):
                 if g.done and g.launched < g.n_planned:
                     log.info("curtailed %s after %d of %d reruns: %s", " ".join(g.overrides) or "the sweep",
                              g.launched, g.n_planned, curtail_reason(g.state[0]))
+        if channel is not None:
+            channel.close()
         self.record = self._record(audit)
         self._publish(sweep_dir)
         return returns

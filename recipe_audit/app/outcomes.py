@@ -1,15 +1,20 @@
 """What a job came to, as the sweep reports it: the numbers its task returned, the sentence for a
-job that left no card metric, the bars it fails, its line in the log, the sweep's progress.
-Plain data in, plain data out (no Hydra, no MLflow)."""
+job that left no card metric, the bars it fails, its line in the log, the sweep's progress, and
+the channel that hands each job's outcome to a sweeper by job index. Plain data in, plain data out
+(no Hydra, no MLflow)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import numbers
+import os
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from recipe_audit.keys import NO_METRIC_ERROR_LEAD
@@ -139,3 +144,60 @@ def duration(seconds: float) -> str:
     """``42s``, ``3m07s``, ``1h05m``."""
     s = int(round(seconds))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+OUTCOMES_DIR = "recipe_audit_outcomes"  # in the sweep's folder, while a sweeper reads the jobs' outcomes
+
+
+class OutcomeChannel:
+    """What each job of a sweep came to, handed by job index from the recipe_audit callback (in the
+    job's process, whichever launcher runs it: a joblib worker, a SLURM node, a Ray task) to the
+    sweeper that asked for it (the curtailing sweeper, in the sweep's process), rather than through
+    an attribute added to Hydra's ``JobReturn``.
+
+    The sweeper opens the channel (:meth:`open`: a folder in the sweep's folder, which every job
+    can reach) before its first launch; the callback posts each job's outcome there as ``<job
+    index>.json`` when the folder exists (:meth:`post`; nothing otherwise: a sweep without such a
+    sweeper pays one ``stat`` a job); the sweeper takes each one after its batch returns
+    (:meth:`take`) and closes the channel at the end (:meth:`close`), leaving the sweep's folder
+    as it was.
+
+    >>> import tempfile
+    >>> channel = OutcomeChannel(tempfile.mkdtemp())
+    >>> channel.post(3, {"status": "FINISHED"}), channel.open(), channel.post(3, {"status": "FAILED"})
+    (None, None, None)
+    >>> channel.take(3), channel.take(3), channel.take(4)
+    ({'status': 'FAILED'}, None, None)
+    >>> channel.close()
+    """
+
+    def __init__(self, sweep_dir: str | os.PathLike[str]) -> None:
+        self.folder = Path(sweep_dir) / OUTCOMES_DIR
+
+    def open(self) -> None:
+        """An empty channel (what an earlier launch of the sweep left there is gone)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True)
+
+    def post(self, job_index: int, outcome: Mapping[str, Any]) -> None:
+        """The outcome of the job ``job_index``, when a sweeper opened the channel (written whole:
+        a reader never sees half a file)."""
+        if not self.folder.is_dir():
+            return
+        path = self.folder / f"{int(job_index)}.json"
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(dict(outcome)), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def take(self, job_index: int) -> dict[str, Any] | None:
+        """The outcome posted for the job ``job_index`` (None: none was), removed from the channel."""
+        path = self.folder / f"{int(job_index)}.json"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        path.unlink(missing_ok=True)
+        return json.loads(text)
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -75,7 +75,7 @@ if JoblibLauncher is not None:
                     pending = [i for i in lost if tries[i] < MAX_TRIES]
                     for i in lost:
                         if tries[i] >= MAX_TRIES:
-                            results[i] = _killed_return(job_overrides[i])
+                            results[i] = _killed_return(job_overrides[i], sweep_dir, initial_job_idx + i)
             return [results[i] for i in range(len(job_overrides))]
 
 
@@ -88,14 +88,16 @@ def _indexed(i, idx, overrides, hydra_context, config, task_function, singleton_
     return i, execute_job_in_worker(idx, overrides, hydra_context, config, task_function, singleton_state)
 
 
-def _killed_return(overrides):
-    """The result of a job whose worker died every time it ran: a completed job with no value,
-    recorded as KILLED (what the recipe_audit callback would have recorded, had it lived)."""
+def _killed_return(overrides, sweep_dir: Path, job_index: int):
+    """The result of a job whose worker died every time it ran: a completed job with no value, whose
+    outcome is KILLED (posted where the recipe_audit callback would have posted it, had it lived)."""
     from hydra.core.utils import JobReturn, JobStatus
 
-    ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)  # its return value: None
-    ret.recipe_audit = {"run_id": None, "status": "KILLED", "metrics": {}, "error": "its worker process died"}
-    return ret
+    from recipe_audit.app.outcomes import OutcomeChannel
+
+    OutcomeChannel(sweep_dir).post(job_index, {"run_id": None, "status": "KILLED", "metrics": {},
+                                               "error": "its worker process died"})
+    return JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)  # its return value: None
 
 
 def _close_reruns_of_dead_workers(sweep_dir: str) -> list[str]:
