@@ -17,7 +17,7 @@ from typing import Any
 from recipe_audit import keys
 from recipe_audit.cards.document import CardEntry
 from recipe_audit.cards.tables import md_table
-from recipe_audit.stats.exact import shown_beside
+from recipe_audit.stats.exact import SUPPORTED, shown_beside
 
 CALIBRATION = "calibration"
 DOMAIN = "domain"
@@ -58,7 +58,7 @@ def _cell_text(a: dict[str, Any], bold: bool, eps: float | None = None) -> str:
     elif eps is None:
         u = f"{a['upper_bound']:.3f}"
     else:  # on the side of ε its verdict says (more decimals where three would read 0.100 beside unsupported)
-        u = shown_beside(a["upper_bound"], eps, a["verdict"] != "release-supported", digits=3, fixed=True)
+        u = shown_beside(a["upper_bound"], eps, a["verdict"] != SUPPORTED, digits=3, fixed=True)
     v = f"**{a['verdict']}**" if bold else a["verdict"]
     return f"{a['n_failures']}/{a['n_reruns']} · U {u} · {v}"
 

@@ -17,6 +17,7 @@ from recipe_audit.cards.render import (
     verdict_table,
 )
 from recipe_audit.cards.tables import text_table
+from recipe_audit.stats.exact import REFUSED_SHIFT
 
 
 def story(doc: RecipeCard) -> list[str]:
@@ -71,7 +72,7 @@ def print_card_summary(doc: RecipeCard, files: dict[str, Path] | None = None, st
         print("Pointwise verdicts (each valid only for a recipe fixed before the sweep):", file=stream)
     print(text_table(verdict_table(doc), GRID_HEADER), file=stream)
     for entries in cell_groups(doc).values():  # every rule, as on the card (refused cells have none)
-        if entries[0].rule_statistics and entries[0].verdict != "refused-shift":
+        if entries[0].rule_statistics and entries[0].verdict != REFUSED_SHIFT:
             label = entries[0].label + f" ({entries[0].audit_set or entries[0].metric})"
             print(f"\nWhat common practice decides on the same reruns, {label}:", file=stream)
             print(text_table(*reversed(rules_table(entries))), file=stream)

@@ -47,7 +47,8 @@ def bounds_text(upper: float, lower: float, eps: float, verdict: str, u: str = "
 
 
 def cmd_bound(a: argparse.Namespace) -> int:
-    from recipe_audit.stats.exact import tail_bound  # pure Python: no NumPy, SciPy or pandas to import
+    # pure Python: no NumPy, SciPy or pandas to import
+    from recipe_audit.stats.exact import SUPPORTED, tail_bound
     from recipe_audit.stats.options import check_budget
 
     family_or_anytime(a, "a bound")
@@ -80,7 +81,7 @@ def cmd_bound(a: argparse.Namespace) -> int:
                 f"{bounds_text(fb.upper, fb.lower, tb.eps, fb.verdict)}, family-wise floor {fb.sample_floor}\n"
                 f"  family-wise verdict: {fb.verdict}"
                 + (f" ({fmore} more clean reruns would make it release-supported)"
-                   if fmore and fb.verdict != "release-supported" else "")
+                   if fmore and fb.verdict != SUPPORTED else "")
                 + "; it holds whichever of the M recipes was chosen, the pointwise verdict below only "
                   "for a recipe fixed before the others were looked at\n")
     else:

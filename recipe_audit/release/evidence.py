@@ -424,8 +424,9 @@ def coverage_mismatch(card_entry: Mapping[str, Any], gate_entry: Mapping[str, An
 
 
 def refusal_outcome(verdict: str) -> str:
-    return {stats.REFUSED_SHIFT: "refused-shift", stats.INSUFFICIENT: "insufficient-evidence"}.get(verdict,
-                                                                                                 "unsupported")
+    """The gate's outcome for a card ``verdict`` that refuses the release: the verdict's own word
+    (``refused-shift``, ``insufficient-evidence``), ``unsupported`` for any other."""
+    return verdict if verdict in (stats.REFUSED_SHIFT, stats.INSUFFICIENT) else stats.UNSUPPORTED
 
 
 __all__ = ["DEFAULT_MAX_DELTA", "DEFAULT_MAX_EPS", "Evidence", "GatePolicy", "card_policy_mismatch",

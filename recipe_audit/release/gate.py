@@ -13,12 +13,10 @@ from recipe_audit.cards import signing
 from recipe_audit.cards.family import own_reading
 from recipe_audit.store.registry import ModelRegistry
 
-# gate outcomes
+# gate outcomes (besides the verdicts that refuse a release, stats.REFUSED_SHIFT, stats.UNSUPPORTED and
+# stats.INSUFFICIENT, whose words are the verdicts')
 PASS = "pass"
 NO_CARD = "no-card"
-REFUSED_SHIFT = "refused-shift"
-UNSUPPORTED = "unsupported"
-INSUFFICIENT = "insufficient-evidence"
 STALE = "card-does-not-verify"
 LOOSER_THAN_POLICY = "looser-than-policy"
 POLICY_MISMATCH = "not-the-policy"  # a card made for another τ, metric, direction, seed key or experiment
@@ -31,7 +29,7 @@ PARTIAL = "card-does-not-cover"  # the card covers fewer reruns (or another fami
 @dataclass(frozen=True)
 class GateResult:
     passed: bool
-    outcome: str  # PASS, NO_CARD, REFUSED_SHIFT, UNSUPPORTED, INSUFFICIENT, LOOSER_THAN_POLICY, STALE, ...
+    outcome: str  # PASS, NO_CARD, a refusing verdict (stats.REFUSED_SHIFT ...), LOOSER_THAN_POLICY, STALE, ...
     message: str  # one sentence
     model_name: str
     version: str
@@ -135,7 +133,7 @@ def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = No
         audits_seen |= {e["metric"] for e in card.doc["cells"]}
     if found is None and audits_seen and metric not in audits_seen:
         have = ", ".join(sorted({audit_name(m) for m in audits_seen}))
-        return result(False, REFUSED_SHIFT,
+        return result(False, stats.REFUSED_SHIFT,
                       f"{what} has recipe cards for audit set(s) {have}, none for '{audit}': refused-shift (a card "
                       f"is valid only for the audit set it was computed on).")
     if found is None:
@@ -209,7 +207,7 @@ def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = No
              f"U at Holm's level {float(fam['upper_bound_level']):.3g} = {float(fam['upper_bound']):.3f}")
         how = f"release-supported family-wise (chosen from M = {m} recipe identities)"
     else:
-        u, how = f"U = {float(own_reading(e)['upper_bound']):.3f}", "release-supported"
+        u, how = f"U = {float(own_reading(e)['upper_bound']):.3f}", stats.SUPPORTED
     signed = f", and is signed by the trusted key {trusted.short}" if trusted is not None else ""
     return result(True, PASS, f"{what} is {how} on {at} ({counts}, {u} <= ε = {policy.max_eps:g} at δ = "
                               f"{policy.max_delta:g}; {evid.over()}), and its card covers exactly those reruns and "

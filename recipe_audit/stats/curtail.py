@@ -46,14 +46,8 @@ from recipe_audit.stats.bounds import clopper_pearson_lower, clopper_pearson_upp
 from recipe_audit.stats.checks import check_delta, check_eps
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
-from recipe_audit.stats.exact import release_rule
-from recipe_audit.stats.verdicts import (
-    INSUFFICIENT,
-    STRONG_UNSUPPORTED,
-    SUPPORTED,
-    UNSUPPORTED,
-    verdict_array,
-)
+from recipe_audit.stats.exact import INSUFFICIENT, STRONG_UNSUPPORTED, SUPPORTED, UNSUPPORTED, release_rule
+from recipe_audit.stats.verdicts import verdict_array
 
 __all__ = [
     "STOP_ON",

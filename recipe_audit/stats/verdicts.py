@@ -24,25 +24,10 @@ from recipe_audit.stats.bounds import clopper_pearson_lower, clopper_pearson_upp
 from recipe_audit.stats.checks import check_delta, check_eps
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
-from recipe_audit.stats.exact import (
-    INSUFFICIENT,
-    REFUSED_SHIFT,
-    STRONG_UNSUPPORTED,
-    SUPPORTED,
-    UNSUPPORTED,
-    VERDICTS,
-)
+from recipe_audit.stats.exact import INSUFFICIENT, STRONG_UNSUPPORTED, SUPPORTED, UNSUPPORTED, VERDICTS
 
-__all__ = [
-    "INSUFFICIENT",
-    "REFUSED_SHIFT",
-    "STRONG_UNSUPPORTED",
-    "SUPPORTED",
-    "UNSUPPORTED",
-    "VERDICTS",
-    "verdict",
-    "verdict_array",
-]
+# the verdict strings are :mod:`.exact`'s (``stats.SUPPORTED`` ...); this module exports the array verdict
+__all__ = ["verdict", "verdict_array"]
 
 def verdict_array(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> np.ndarray:
     """Vectorised :func:`verdict`: ``k`` and ``n`` broadcast together; ``eps``, ``delta`` scalars.

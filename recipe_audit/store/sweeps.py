@@ -18,6 +18,7 @@ from typing import Any
 
 from recipe_audit import keys
 from recipe_audit.errors import first_line
+from recipe_audit.stats.exact import SUPPORTED
 from recipe_audit.store.errors import StoreGone, TrackingError
 from recipe_audit.store.tracking import MAX_PARAMS_PER_CALL, Store, client_for
 
@@ -250,7 +251,7 @@ def tag_sweep_with_cards(info: SweepInfo, entries: list[dict[str, Any]], descrip
             if e.get(name) is not None:
                 metrics.append(Metric(name + sfx, float(e[name]), now, 0))
     if len(cells) > 1:
-        ok = sum(1 for e in entries if e["verdict"] == "release-supported")
+        ok = sum(1 for e in entries if e["verdict"] == SUPPORTED)
         tags.append(RunTag(keys.PREFIX + "verdict", f"{ok} of {len(entries)} cells release-supported"))
     tags.append(RunTag("mlflow.runName", sweep_run_name(info.sweep_id, entries)))
     for i in range(0, max(len(tags), len(metrics)), MAX_PARAMS_PER_CALL):
@@ -280,7 +281,7 @@ def sweep_run_name(sweep_id: str, entries: list[dict[str, Any]]) -> str:
     '9/59 fail τ 0.7 (2 never ran) · unsupported · U 0.236 · sweep-ab12'
     """
     if len({(e["label"], e["metric"]) for e in entries}) > 1:
-        ok = sum(1 for e in entries if e["verdict"] == "release-supported")
+        ok = sum(1 for e in entries if e["verdict"] == SUPPORTED)
         verdict = f"{ok} of {len(entries)} cells release-supported"
     else:
         verdict = "; ".join(
