@@ -24,7 +24,10 @@ reads, on the server) or the server's database (``postgresql://``: read here):
 - the card at one τ over the 100,000 reruns through the server.
 
 Memory: the peak Python allocation (tracemalloc) of one card through the server and one from the
-database, per rerun. Targets: server/database <= 2 for the card's read, the card, the gate and
+database, per rerun, in this process; and on the server, for one card over the 10,000 and one over
+the 100,000 reruns, how far the server's largest process (the worker that answered) grew its
+resident memory above where it stood (each process's peak reset through ``/proc/PID/clear_refs``
+first, then ``VmHWM`` less ``VmRSS`` before; Linux, as the server's user). Targets: server/database <= 2 for the card's read, the card, the gate and
 verify; ``mlflow.search_runs`` / the card's read through the server >= 50; the 100,000-rerun card
 through the server < 5 s. Run as
 ``python bench/bench_server_reads.py [--n-runs N] [--card-runs N] [--repeat R]``; needs PostgreSQL's
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import logging
 import os
 import shutil
@@ -62,6 +66,52 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and every process below it (Linux: /proc)."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        parent[int(stat.parent.name)] = int(fields[1])
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(p for p, pp in parent.items() if pp == pid)
+    return out
+
+
+def _vm(pid: int, field: str) -> int:
+    """``VmRSS`` or ``VmHWM`` of a process, bytes (0 once it has ended)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _peak_growth(roots: dict[str, int], fn) -> dict[str, int] | None:
+    """The most any one process under each root grew its resident memory above where it stood
+    while ``fn()`` ran: each process's peak (``VmHWM``) reset first (``/proc/PID/clear_refs``),
+    then its peak less its resident memory before; bytes, by root. None where the peaks cannot
+    be reset (another user's processes)."""
+    pids = {name: _tree(root) for name, root in roots.items()}
+    before = {}
+    try:
+        for group in pids.values():
+            for pid in group:
+                before[pid] = _vm(pid, "VmRSS")
+                Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return None
+    fn()
+    return {name: max(_vm(pid, "VmHWM") - before[pid] for pid in group) for name, group in pids.items()}
 
 
 def _copy_experiment(sqlite_db: Path, pg_conn, experiment_id: str) -> int:
@@ -209,6 +259,9 @@ def _bench(args, small: Path, card_db: Path, d: Path, uri: str, pg_port: int, st
     card(uri, CARD_EXPERIMENT)  # warm
     big = _interleaved({"big": lambda: card(uri, CARD_EXPERIMENT)}, args.repeat, warm_up=False)["big"]
     cell = big[1].to_json()["cells"][0]
+    server_pid = json.loads((d / "server.json").read_text())["pid"]
+    grown = {n: _peak_growth({"server": server_pid}, lambda e=e: card(uri, e))
+             for n, e in ((n_small, EXPERIMENT), (n_card, CARD_EXPERIMENT))}
 
     checks = []
     print(f"\n{n_small} runs of experiment {EXPERIMENT} ({len(rest_cells)} cells); median of {args.repeat} "
@@ -236,6 +289,13 @@ def _bench(args, small: Path, card_db: Path, d: Path, uri: str, pg_port: int, st
     print(f"memory: one card over {n_small} runs allocates at most {mib_server:.1f} MiB through the server "
           f"({mib_server * 2**20 / n_small:.0f} bytes a run), {mib_db:.1f} MiB from the database "
           f"({mib_db * 2**20 / n_small:.0f} bytes a run)")
+    for n, g in grown.items():
+        if g is None:
+            print("server memory: not measured (its processes' peaks cannot be reset by this user)")
+        else:
+            print(f"server memory: computing one card over {n} runs grew the server's largest process (the "
+                  f"worker that answered) by {g['server'] / 2**20:.1f} MiB at its peak ({g['server'] / n:.0f} "
+                  "bytes a run)")
     return 0 if all(checks) else 1
 
 

@@ -203,7 +203,7 @@ def _reads_through_the_app(uri, d, state, monkeypatch):
     from recipe_audit.store import read_server
     from recipe_audit.store.history import read_history
     from recipe_audit.store.read import read_runs
-    from recipe_audit.store.read_sql import clear_engine_cache
+    from recipe_audit.store.read_sql import clear_engine_cache, snapshot
 
     pid = json.loads((d / "server.json").read_text())["pid"]
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
@@ -217,8 +217,12 @@ def _reads_through_the_app(uri, d, state, monkeypatch):
     read_server.forget_servers()
     try:
         served, direct = read_runs(uri, "exp", [metric]), read_runs(db, "exp", [metric])
+        rest = read_runs(uri, "exp", [metric], backend="rest")  # MLflow's own reads: not our SQL
         assert served.attrs["path"] == "server" and direct.attrs["path"] == "sql" and len(served) == 4
         pd.testing.assert_frame_equal(served, direct, check_exact=True)
+        pd.testing.assert_frame_equal(rest, direct, check_exact=True)
+        with snapshot(db) as conn:  # the planner told that MLflow's pages are in memory: its indexes are probed
+            assert conn.exec_driver_sql("SHOW random_page_cost").scalar() == "1.1"
         fails = keys.fails_tag(metric, 0.7)
         h_srv, h_db = (read_history(u, "exp", metric, fails_tag=fails) for u in (uri, db))
         shown = [h.frame.assign(history=h.frame["history"].map(repr)) for h in (h_srv, h_db)]

@@ -33,6 +33,13 @@ _JOINS_PER_QUERY = 40  # LEFT JOINs per SELECT (SQLite allows 64 tables in a joi
 SCAN_SHARE = 0.25
 """SQLite: read whole tables when the experiment has at least this share of the store's runs."""
 _SQLITE_MMAP_BYTES = 1 << 31  # SQLite read connections map up to this much of the file (SQLite caps it)
+_PG_RANDOM_PAGE_COST = 1.1
+"""PostgreSQL: the planner's ``random_page_cost`` in a read's own transaction (``SET LOCAL``; the
+server's setting elsewhere). With the default 4 (a page read from a spinning disk) PostgreSQL joins
+the runs of a 10,000-run experiment to their tags by hashing every run's tags of each key; in a
+store that also holds a 100,000-run experiment that took about 3x the time and CPU of probing
+MLflow's (key, run_uuid) indexes, which it chooses at 1.1 (pages in memory or on SSD, PostgreSQL's
+own advice for those) and which gives the same rows (bench/bench_server_reads.py)."""
 
 SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 """URI schemes of the databases MLflow stores runs in (a driver may follow: ``postgresql+psycopg2``)."""
@@ -183,6 +190,8 @@ def snapshot(uri: str, experiment_name: str | None = None) -> Iterator[Any]:
         raise QueryError(f"Cannot open {redact(uri)}: {exc}.") from exc
     try:
         with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.exec_driver_sql(f"SET LOCAL random_page_cost = {_PG_RANDOM_PAGE_COST}")
             yield conn
     except QueryError:
         raise
