@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from recipe_audit import stats
 from recipe_audit.cards.model import CardError
-from recipe_audit.stats.anytime import ANYTIME_METHOD, ANYTIME_RULE, anytime_bound
+from recipe_audit.stats.anytime import ANYTIME_METHOD, ANYTIME_RULE, anytime_bound_at
 from recipe_audit.stats.exact import shown_beside
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def _looks(info: dict[str, Any], e: dict[str, Any], opts) -> list[dict[str, Any]
         if not first:
             continue
         k = sum(x in failed for x in first)
-        ab = anytime_bound(k, len(first), opts.eps, opts.delta)
+        ab = anytime_bound_at(k, len(first), opts.eps, opts.delta)
         out.append({"n": len(first), "k": k, "upper": ab.upper, "lower": ab.lower, "verdict": ab.verdict})
     return out
 
@@ -93,7 +93,7 @@ def apply_anytime(entries: list[dict[str, Any]], cells: Sequence[Cell], opts) ->
             if e["n_failures"] is None:  # refused-shift stays refused
                 e["reading"] = ANYTIME
                 continue
-            ab = anytime_bound(e["n_failures"], e["n_reruns"], opts.eps, opts.delta)
+            ab = anytime_bound_at(e["n_failures"], e["n_reruns"], opts.eps, opts.delta)
             looks = _looks(info, e, opts) or [{"n": ab.n, "k": ab.k, "upper": ab.upper, "lower": ab.lower,
                                                "verdict": ab.verdict}]
             obj = {

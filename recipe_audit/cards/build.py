@@ -23,8 +23,10 @@ from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.family import apply_family
 from recipe_audit.cards.jsontext import json_number
 from recipe_audit.cards.model import CARD_KIND, SCHEMA_VERSION, CardError, CardOptions, Cell
-from recipe_audit.stats.cell import CellStatistics, cell_statistics
+from recipe_audit.stats.array_checks import make_rng
+from recipe_audit.stats.cell import CellStatistics, cell_statistics_at
 from recipe_audit.stats.exact import shown_beside
+from recipe_audit.stats.floors import floor_of
 
 
 def _seed_json(s: Any) -> Any:
@@ -43,10 +45,10 @@ def _duplicate_json(d, tau: float) -> dict[str, Any]:
 
 def cell_entries(cell: Cell, opts: CardOptions) -> list[dict[str, Any]]:
     """The entries of one cell in the document's ``cells`` list, one per τ of ``opts``. Their
-    statistics come from one call of :func:`~recipe_audit.stats.cell.cell_statistics` (the
+    statistics come from one call of :func:`~recipe_audit.stats.cell.cell_statistics_at` (the
     bounds, the rules and the band at every τ); a cell refused for its audit set has none."""
     if cell.shift_refusal is not None:
-        floor = stats.sample_floor(opts.eps, opts.delta)
+        floor = floor_of(opts.eps, opts.delta)
         return [{**_entry_base(cell, tau, opts),
                  "n_failures": None, "n_unfinished": len(cell.unfinished), **_never_ran_field(cell),
                  "failed_seeds": [],
@@ -57,10 +59,10 @@ def cell_entries(cell: Cell, opts: CardOptions) -> list[dict[str, Any]]:
     info = cell.extra.get("curtailment")
     # a curtailed cell's band is taken at the planned N, the unlaunched reruns counted as failures
     extra = max(0, int(info["n_planned"]) - cell.n) if info else 0
-    cs = cell_statistics(cell.values, opts.taus, eps=opts.eps, delta=opts.delta,
-                         higher_is_better=opts.higher_is_better, B=opts.bootstrap_B,
-                         rng=np.random.default_rng(opts.bootstrap_seed), band_method=opts.band_method,
-                         n_extra_failures=extra)
+    # the options were checked at the door (CardOptions), the reruns' values are floats (Cell): the
+    # statistics take them as they are
+    cs = cell_statistics_at(cell.values, opts.taus, opts.eps, opts.delta, opts.higher_is_better, opts.bootstrap_B,
+                            make_rng(np.random.default_rng(opts.bootstrap_seed)), opts.band_method, extra)
     return [_entry(cell, tau, opts, cs, i) for i, tau in enumerate(opts.taus)]
 
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from recipe_audit.cards.model import CardError
 from recipe_audit.stats import checks, exact, floors
-from recipe_audit.stats.anytime import anytime_bound
-from recipe_audit.stats.family import BONFERRONI, HOLM, family_bounds
+from recipe_audit.stats.anytime import anytime_bound_at
+from recipe_audit.stats.family import BONFERRONI, HOLM, family_bounds_at
 
 if TYPE_CHECKING:
     from recipe_audit.cards.document import RecipeCard
@@ -83,8 +83,7 @@ def apply_family(entries: list[dict[str, Any]], eps: float, delta: float,
         largest = max(largest, m)
         counted = [(e, _counts(e)) for e in group]
         tested = [(e, c) for e, c in counted if c is not None]
-        card = family_bounds([(c[0], c[2]) for _, c in tested], eps, delta, family_size=m, method=HOLM) \
-            if tested else None
+        card = family_bounds_at([(c[0], c[2]) for _, c in tested], eps, delta, m, HOLM) if tested else None
         labels = [e["label"] for e in group] + [f"recipe {x[:8]}" for x in extra]
         by_entry = {id(e): mem for (e, _), mem in zip(tested, card.members if card else (), strict=True)}
         fd = checks.scaled(delta, m)  # δ/M as the exact number it stands for (its floor's ties are ties)
@@ -104,7 +103,7 @@ def apply_family(entries: list[dict[str, Any]], eps: float, delta: float,
                 verdict = mem.verdict
                 lower = mem.lower
                 if c[1] != c[0]:  # curtailed: L from the failures seen, at the planned N
-                    lower = exact.lower_bound(c[1], c[2], fd)
+                    lower = exact.lower_at(c[1], c[2], fd)
                     if verdict == exact.STRONG_UNSUPPORTED and not lower > eps:
                         verdict = exact.UNSUPPORTED if c[2] >= floor else exact.INSUFFICIENT
                     elif lower > eps:
@@ -116,7 +115,7 @@ def apply_family(entries: list[dict[str, Any]], eps: float, delta: float,
                     obj["upper_bound_level"] = mem.upper_level
             if mem is not None and e.get("reading") == "anytime":  # an open-ended sweep: the sequence at δ/M
                 obj.pop("upper_bound_level", None)
-                ab = anytime_bound(c[1], c[2], eps, fd)
+                ab = anytime_bound_at(c[1], c[2], eps, fd)
                 obj.update({"method": BONFERRONI, "level": fd, "p_value": None, "rank": None,
                             "upper_bound": ab.upper, "lower_bound": ab.lower, "sample_floor": ab.sample_floor,
                             "verdict": ab.verdict, "more_clean_reruns_needed": None})
@@ -156,7 +155,7 @@ def lead_family(e: dict[str, Any], fam: dict[str, Any], eps: float) -> None:
     at = fam.get("upper_bound_level")
     if v == exact.SUPPORTED and at is not None:  # certified by Holm's step-down at a level above δ/M
         k_up, _, n_up = _counts(e)
-        u_fd = exact.shown_beside(exact.upper_bound(k_up, n_up, fd), eps, above=True)
+        u_fd = exact.shown_beside(exact.upper_at(k_up, n_up, fd), eps, above=True)
         head = f"Chosen from a family of M = {m} recipe identities, tested by Holm's step-down: "
         why = (f"{k} of {n} reruns failed; at the level that certified it, δ/(M − r + 1) = {at:.3g} "
                f"(rank r = {fam['rank']} of {m}), U = {exact.shown_beside(u, eps, above=False)} ≤ ε = {eps:g} "

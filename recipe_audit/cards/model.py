@@ -111,6 +111,14 @@ class Cell:
     shift_refusal: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # the door of the reruns' values: a 1-D float array, which the statistics take as it is
+        values = np.asarray(self.values, dtype=np.float64)
+        if values.ndim != 1 or values.size != len(self.seeds):
+            raise CardError(f"A cell's values must be one number per seed ({len(self.seeds)}), "
+                            f"got an array of shape {values.shape}.")
+        object.__setattr__(self, "values", values)
+
     @property
     def n(self) -> int:
         return len(self.seeds)

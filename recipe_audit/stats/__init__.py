@@ -2,6 +2,7 @@
 
 * :mod:`.exact` — the statistics of one cell in pure Python: the bounds for one ``(k, n)``, the
   verdict, ``tail_bound``;
+* :mod:`.interval` — the one interval type every result states its bounds in;
 * :mod:`.checks` — the numbers a statistic of one cell takes (counts, ε, δ), checked;
 * :mod:`.floors` — the exact sample floor ``N_min`` and the one floor search every other floor uses;
 * :mod:`.tails` — binomial tails in pure Python and the bisection over floats the bounds use;
@@ -25,6 +26,11 @@
 References: C. J. Clopper and E. S. Pearson (1934), Biometrika 26(4), 404-413.
 
 Names are imported on first use (``recipe-audit bound`` loads :mod:`.exact` alone, not SciPy).
+
+Inputs are checked once, at the door: each public statistic checks what it is given and hands it
+to its kernel, the same name ending in ``_at`` (:func:`~.exact.tail_bound` and
+:func:`~.exact.tail_bound_at`), which checks nothing; statistics call each other's kernels, and a
+card calls them with the options its door checked (:func:`~.options.audit_options`).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ _WHERE = {
     "anytime": ("AnytimeBound", "AnytimeSequence", "anytime_bound", "anytime_sample_floor", "anytime_sequence",
                 "anytime_thresholds", "stop_probabilities"),
     "errors": ("StatsInputError",),
+    "interval": ("Interval",),
     "rules": ("RULES", "PracticeStatistics", "RuleDecisions", "apply_rules", "bootstrap_percentile",
               "count_failures", "decisions_at", "failure_mask", "practice_statistics"),
     "cell": ("CellStatistics", "cell_statistics"),

@@ -71,6 +71,7 @@ from recipe_audit.stats.checks import (
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 from recipe_audit.stats.floors import checked_floor, first_passing, floor_of
+from recipe_audit.stats.interval import Interval
 from recipe_audit.stats.tails import (
     TailTooLong,
     finite,
@@ -90,8 +91,10 @@ __all__ = [
     "AnytimeLook",
     "AnytimeSequence",
     "anytime_bound",
+    "anytime_bound_at",
     "anytime_lower",
     "anytime_sample_floor",
+    "anytime_sample_floor_at",
     "anytime_sequence",
     "anytime_thresholds",
     "anytime_upper",
@@ -241,7 +244,12 @@ def anytime_sample_floor(eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> int:
     >>> anytime_sample_floor(0.1, 0.1), anytime_sample_floor(0.05, 0.05)
     (34, 88)
     """
-    return _check_floor(check_eps(eps), check_delta(delta))
+    return anytime_sample_floor_at(check_eps(eps), check_delta(delta))
+
+
+def anytime_sample_floor_at(e: float, d: float) -> int:
+    """:func:`anytime_sample_floor` for ``eps`` and ``delta`` checked already."""
+    return _check_floor(e, d)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,6 +300,11 @@ class AnytimeBound:
     pointwise_verdict: str
     method: str = ANYTIME_METHOD
 
+    @property
+    def interval(self) -> Interval:
+        """``[lower, upper]`` as the :class:`~recipe_audit.stats.interval.Interval` every result shares."""
+        return Interval(self.lower, self.upper)
+
     def to_dict(self) -> dict:
         """Plain-JSON representation."""
         return asdict(self)
@@ -307,10 +320,15 @@ def anytime_bound(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> AnytimeBound:
     ('insufficient-evidence', 'release-supported')
     """
     k_i, n_i = check_counts(k, n)
-    e, d = check_eps(eps), check_delta(delta)
+    return anytime_bound_at(k_i, n_i, check_eps(eps), check_delta(delta))
+
+
+def anytime_bound_at(k: int, n: int, e: float, d: float) -> AnytimeBound:
+    """:func:`anytime_bound` for counts, ``eps`` and ``delta`` checked already."""
+    k_i, n_i = k, n
     floor = _check_floor(e, d)
     upper, lower = _bounds(k_i, n_i, d)
-    pw = exact.tail_bound(k_i, n_i, e, d)
+    pw = exact.tail_bound_at(k_i, n_i, e, d)
     v = _verdict(k_i, n_i, e, d, floor)
     return AnytimeBound(k=k_i, n=n_i, eps=e, delta=d, upper=exact.capped(upper, e, v), lower=lower,
                         sample_floor=floor, verdict=v, pointwise_upper=pw.upper,

@@ -73,11 +73,11 @@ from recipe_audit.stats.array_checks import (
     check_positive_int,
     check_scalar_prob,
 )
-from recipe_audit.stats.bounds import clopper_pearson_upper, sample_floor
+from recipe_audit.stats.bounds import upper_at
 from recipe_audit.stats.checks import check_delta, check_eps
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
-from recipe_audit.stats.floors import checked_floor, first_passing
+from recipe_audit.stats.floors import checked_floor, first_passing, floor_of
 
 __all__ = [
     "BAND_METHODS",
@@ -86,8 +86,10 @@ __all__ = [
     "BandBounds",
     "SimultaneousBand",
     "band_bounds",
+    "band_bounds_at",
     "band_coverage",
     "band_sample_floor",
+    "band_sample_floor_at",
     "birnbaum_tingey_sf",
     "dkw_constant",
     "ks_constant",
@@ -151,7 +153,12 @@ def band_coverage(upper, n: int) -> float:
     References: Moscovich & Nadler (2017), Statist. Probab. Lett. 123, 177-182.
     """
     n = check_positive_int("n", n)
-    u = np.clip(np.asarray(upper, dtype=np.float64).ravel(), 0.0, 1.0)
+    return _coverage(np.asarray(upper, dtype=np.float64).ravel(), n)
+
+
+def _coverage(upper: np.ndarray, n: int) -> float:
+    """:func:`band_coverage` for a whole ``n`` checked already."""
+    u = np.clip(upper, 0.0, 1.0)
     if u.size != n:
         raise StatsInputError(f"a band for n = {n} reruns needs {n} levels u_0..u_(n-1), got {u.size}.")
     if np.any(np.isnan(u)):
@@ -203,8 +210,10 @@ def birnbaum_tingey_sf(c: float, n: int) -> float:
 
 def ks_constant(n: int, delta: float) -> float:
     """``c = ksone.ppf(1 - delta, n)``: the exact one-sided KS band half-width (continuous F)."""
-    n = check_positive_int("n", n)
-    d = check_scalar_prob("delta", delta)
+    return _ks(check_positive_int("n", n), check_scalar_prob("delta", delta))
+
+
+def _ks(n: int, d: float) -> float:
     from scipy import stats
 
     return float(stats.ksone.ppf(1.0 - d, n))
@@ -219,13 +228,15 @@ def dkw_constant(n: int, delta: float) -> float:
 
     References: Massart (1990), Ann. Probab. 18(3), 1269-1283.
     """
-    n = check_positive_int("n", n)
-    d = check_scalar_prob("delta", delta)
+    return _dkw(check_positive_int("n", n), check_scalar_prob("delta", delta))
+
+
+def _dkw(n: int, d: float) -> float:
     return math.sqrt(math.log((1.0 if d <= 0.5 else 2.0) / d) / (2.0 * n))
 
 
 def _cp_levels(n: int, alpha: float) -> np.ndarray:
-    return np.asarray(clopper_pearson_upper(np.arange(n), n, alpha), dtype=np.float64)
+    return upper_at(np.arange(n, dtype=np.int64), np.full(n, n, dtype=np.int64), np.full(n, float(alpha)))
 
 
 @lru_cache(maxsize=512)
@@ -235,7 +246,7 @@ def _cp_local_level(n: int, delta: float) -> tuple[float, float]:
     target = 1.0 - delta + _COVERAGE_SLACK
 
     def cov(a: float) -> float:
-        return band_coverage(_cp_levels(n, a), n)
+        return _coverage(_cp_levels(n, a), n)
 
     lo, hi = delta / n, delta  # Bonferroni: coverage(delta / n) >= 1 - delta
     c_lo = cov(lo)
@@ -291,7 +302,10 @@ class SimultaneousBand:
 
     def max_certified_failures(self, eps: float) -> int:
         """Largest ``j`` with ``levels[j] <= eps`` (-1 when even ``j = 0`` cannot certify ``eps``)."""
-        e = check_eps(eps)
+        return self.certified_up_to(check_eps(eps))
+
+    def certified_up_to(self, e: float) -> int:
+        """:meth:`max_certified_failures` for an ``eps`` checked already."""
         return int(np.count_nonzero(np.asarray(self.levels) <= e)) - 1
 
     def to_dict(self) -> dict:
@@ -307,11 +321,11 @@ def _band(n: int, delta: float, method: str) -> SimultaneousBand:
         alpha, cov = _cp_local_level(n, delta)
         u = _cp_levels(n, alpha)
     elif method in ("exact-ks", "dkw"):
-        c = ks_constant(n, delta) if method == "exact-ks" else dkw_constant(n, delta)
+        c = _ks(n, delta) if method == "exact-ks" else _dkw(n, delta)
         if not (math.isfinite(c) and c > 0.0):
             raise StatsInputError(f"the {method} constant could not be computed for n = {n}.")
         u = np.minimum(1.0, np.arange(n) / n + c)
-        cov = band_coverage(u, n) if n <= EXACT_CP_MAX_N else None
+        cov = _coverage(u, n) if n <= EXACT_CP_MAX_N else None
     else:
         raise StatsInputError(f"unknown band method {method!r}; use one of {', '.join(BAND_METHODS)} or 'auto'.")
     levels = tuple(np.asarray(u, dtype=np.float64).tolist()) + (1.0,)
@@ -332,8 +346,11 @@ def simultaneous_band(n: int, delta: float = DEFAULT_DELTA, method: str = "auto"
 
     References: Birnbaum & Tingey (1951); Massart (1990); Moscovich & Nadler (2017).
     """
-    n = check_positive_int("n", n)
-    d = check_delta(delta)
+    return _band_of(check_positive_int("n", n), check_delta(delta), method)
+
+
+def _band_of(n: int, d: float, method: str) -> SimultaneousBand:
+    """:func:`simultaneous_band` for ``n`` and ``delta`` checked already."""
     if method != "auto":
         return _band(n, d, method)
     try:
@@ -345,10 +362,10 @@ def simultaneous_band(n: int, delta: float = DEFAULT_DELTA, method: str = "auto"
 def _levels0(n: int, delta: float, method: str) -> float:
     """The band's bound with no failure, ``levels[0]`` (KS and DKW: ``min(1, c)``, no band built)."""
     if method == "exact-ks":
-        return min(1.0, ks_constant(n, delta))
+        return min(1.0, _ks(n, delta))
     if method == "dkw":
-        return min(1.0, dkw_constant(n, delta))
-    return simultaneous_band(n, delta, method).levels[0]
+        return min(1.0, _dkw(n, delta))
+    return _band(n, delta, method).levels[0]
 
 
 @lru_cache(maxsize=256)
@@ -356,7 +373,7 @@ def _floor(eps: float, delta: float, method: str, cap: int | None = None) -> int
     """Smallest n (at most ``cap``) with levels[0] <= eps for one fixed method, None when there is
     none up to ``cap``; levels[0] decreases with n (tested), so the one floor search
     (:func:`~.floors.first_passing`: doubling, then bisection) finds it."""
-    lo = sample_floor(eps, delta) - 1  # the pointwise floor: no band certifies below it
+    lo = floor_of(eps, delta) - 1  # the pointwise floor: no band certifies below it
     if cap is not None and lo >= cap:  # nor up to the cap: no band of that size is built
         return None
     if lo >= 1 and _levels0(lo, delta, method) <= eps:
@@ -383,9 +400,9 @@ def _dkw_floor(eps: float, delta: float) -> int:
         raise StatsInputError(f"eps = {eps!r} is too small: the band's sample floor is beyond every float.")
     n = max(1, math.ceil(x))
     if n < _FLOAT_EXACT:
-        while n > 1 and dkw_constant(n - 1, delta) <= eps:
+        while n > 1 and _dkw(n - 1, delta) <= eps:
             n -= 1
-        while dkw_constant(n, delta) > eps:
+        while _dkw(n, delta) > eps:
             n += 1
     return n
 
@@ -421,15 +438,20 @@ def band_sample_floor(eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, me
     ``levels[0] <= eps`` at the floor and ``> eps`` one rerun below. ``levels[0]`` decreases with
     ``n`` for every method (tested), so the bisection finds the smallest such ``n``.
 
-    >>> band_sample_floor(0.10, 0.10), sample_floor(0.10, 0.10)
+    >>> band_sample_floor(0.10, 0.10), floor_of(0.10, 0.10)  # the pointwise floor is 22
     (46, 22)
     """
     e = check_eps(eps)
     d = check_delta(delta)
     if method not in ("auto", *BAND_METHODS):
         raise StatsInputError(f"unknown band method {method!r}; use one of {', '.join(BAND_METHODS)} or 'auto'.")
+    return band_sample_floor_at(e, d, method)
+
+
+def band_sample_floor_at(e: float, d: float, method: str = "auto") -> int:
+    """:func:`band_sample_floor` for ``eps``, ``delta`` and a method checked already."""
     # no band certifies below the pointwise floor: past the rerun limit, refused before any search
-    checked_floor(sample_floor(e, d), e, d, where=" with a simultaneous band",
+    checked_floor(floor_of(e, d), e, d, where=" with a simultaneous band",
                   name="the pointwise sample floor, below the band's,")
     if method == "auto":
         floor = _auto_floor(e, d)
@@ -533,18 +555,27 @@ def band_bounds(metrics, taus, *, eps: float = DEFAULT_EPS, delta: float = DEFAU
         raise StatsInputError("the bars tau must be finite numbers.")
     e = check_eps(eps)
     d = check_delta(delta)
-    n = m.size + extra
-    if n < 1:
+    if m.size + extra < 1:
         raise StatsInputError("a band needs at least one rerun.")
-    band = simultaneous_band(n, d, method)
-    hib = bool(higher_is_better)
+    return band_bounds_at(m, t, e, d, bool(higher_is_better), method, extra, with_floor)
+
+
+def band_bounds_at(m: np.ndarray, t: np.ndarray, e: float, d: float, hib: bool, method: str = "auto",
+                   extra: int = 0, with_floor: bool = True) -> BandBounds:
+    """:func:`band_bounds` for inputs checked already: a float array ``m`` and a 1-D array of finite
+    bars ``t``, ``eps``, ``delta``, the direction, the method and the extra failures (at least one
+    rerun in all)."""
+    n = m.size + extra
+    band = _band_of(n, d, method)
     k = _failure_counts(m, t, hib) + extra
     upper = np.asarray(band.upper(k))
     # U(k, n) depends on k alone: computed once per distinct count (many bars share one), the
     # same numbers elementwise
     distinct, where = np.unique(k, return_inverse=True)
-    pointwise = np.asarray(clopper_pearson_upper(distinct, n, d))[where.reshape(k.shape)]
-    j = band.max_certified_failures(e)
+    d_n = np.full(distinct.size, d, dtype=np.float64)
+    pointwise = upper_at(distinct.astype(np.int64), np.full(distinct.size, n, dtype=np.int64), d_n)[
+        where.reshape(k.shape)]
+    j = band.certified_up_to(e)
     # every bar with k(tau) <= j is certified: higher-is-better, tau <= the (j+1)-th smallest value
     eff = np.where(np.isfinite(m), m, -np.inf if hib else np.inf)
     eff = np.concatenate([eff, np.full(extra, -np.inf if hib else np.inf)])
@@ -556,5 +587,5 @@ def band_bounds(metrics, taus, *, eps: float = DEFAULT_EPS, delta: float = DEFAU
         taus=tuple(t.tolist()), k=tuple(k.tolist()), n=n, eps=e,
         upper=tuple(upper.tolist()), pointwise_upper=tuple(np.atleast_1d(pointwise).tolist()),
         certified=tuple((upper <= e).tolist()), certified_tau_limit=limit, higher_is_better=hib,
-        sample_floor=band_sample_floor(e, d, method) if with_floor else None, n_extra_failures=extra, band=band,
+        sample_floor=band_sample_floor_at(e, d, method) if with_floor else None, n_extra_failures=extra, band=band,
     )

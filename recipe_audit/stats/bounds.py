@@ -29,6 +29,7 @@ __all__ = [
     "more_clean_reruns_needed",
     "sample_floor",
     "tail_bound",
+    "upper_at",
 ]
 
 
@@ -101,6 +102,12 @@ def clopper_pearson_upper(k, n, delta):
     References: Clopper & Pearson (1934), Biometrika 26(4), 404-413.
     """
     shape, k1, n1, d1 = _flat_inputs(k, n, delta)
+    return _result(upper_at(k1, n1, d1).reshape(shape), k, n, delta)
+
+
+def upper_at(k1: np.ndarray, n1: np.ndarray, d1: np.ndarray) -> np.ndarray:
+    """:func:`clopper_pearson_upper` for flat arrays of equal length (int64 counts, float64 risks)
+    checked already; a new float64 array."""
     kf, nf = k1.astype(np.float64), n1.astype(np.float64)
     with np.errstate(all="ignore"):
         # Beta(k+1, n-k) upper quantile; the second shape is clamped only where k == n (set below).
@@ -108,7 +115,7 @@ def clopper_pearson_upper(k, n, delta):
     k0 = k1 == 0
     out[k0] = _clean(d1[k0], n1[k0])  # closed form 1 - delta**(1/n)
     out[k1 == n1] = 1.0
-    return _result(out.reshape(shape), k, n, delta)
+    return out
 
 
 def clopper_pearson_lower(k, n, delta):

@@ -16,19 +16,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from recipe_audit.stats import exact
-from recipe_audit.stats.array_checks import check_metrics, check_tau
-from recipe_audit.stats.band import BandBounds, band_bounds
+from recipe_audit.stats.array_checks import check_metrics, check_positive_int, check_tau, make_rng
+from recipe_audit.stats.band import BAND_METHODS, BandBounds, band_bounds_at
 from recipe_audit.stats.checks import check_delta, check_eps
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
+from recipe_audit.stats.errors import StatsInputError
 from recipe_audit.stats.rules import (
     PracticeStatistics,
     RuleDecisions,
     decisions_at,
-    failure_mask,
-    practice_statistics,
+    failure_mask_at,
+    practice_at,
 )
 
-__all__ = ["CellStatistics", "cell_statistics"]
+__all__ = ["CellStatistics", "cell_statistics", "cell_statistics_at"]
 
 
 @dataclass(frozen=True)
@@ -65,13 +66,29 @@ def cell_statistics(metrics, taus, *, eps: float = DEFAULT_EPS, delta: float = D
     m = check_metrics(metrics)
     t = tuple(check_tau(x) for x in taus)
     e, d = check_eps(eps), check_delta(delta)
-    hib = bool(higher_is_better)
-    practice = practice_statistics(m, higher_is_better=hib, B=B, rng=rng)
-    failed = tuple(failure_mask(m, x, hib) for x in t)
-    bounds = tuple(exact.tail_bound(int(np.count_nonzero(f)), m.size, e, d) for f in failed)
+    B = check_positive_int("B", B)
+    extra = check_positive_int("n_extra_failures", n_extra_failures, minimum=0)
+    if band_method not in ("auto", *BAND_METHODS):
+        raise StatsInputError(f"unknown band method {band_method!r}; use one of {', '.join(BAND_METHODS)} or 'auto'.")
+    if m.size + extra < 1:
+        raise StatsInputError("a band needs at least one rerun.")
+    return cell_statistics_at(m, t, e, d, bool(higher_is_better), B, make_rng(rng), band_method, extra)
+
+
+def cell_statistics_at(m: np.ndarray, taus: tuple[float, ...], e: float, d: float, hib: bool, B: int,
+                       rng: tuple[np.random.Generator, int | None, str], band_method: str = "auto",
+                       n_extra_failures: int = 0) -> CellStatistics:
+    """:func:`cell_statistics` for inputs checked already (at a card's door: the audit options by
+    :func:`~recipe_audit.stats.options.audit_options`, the card's own by
+    :class:`~recipe_audit.cards.model.CardOptions`): a 1-D float array, finite bars, ``eps``,
+    ``delta``, the direction, a resample count, a generator with its seed and words
+    (:func:`~.array_checks.make_rng`), a band method and the extra failures (at least one rerun)."""
+    generator, seed, info = rng
+    practice = practice_at(m, hib, B, generator, seed, info)
+    failed = tuple(failure_mask_at(m, x, hib) for x in taus)
+    bounds = tuple(exact.tail_bound_at(int(np.count_nonzero(f)), m.size, e, d) for f in failed)
     rules = tuple(decisions_at(practice, x, e, d, b.k, b.n, upper=b.upper, lower=b.lower,
                                sample_floor=b.sample_floor, card_verdict=b.verdict,
-                               card_ships=b.verdict == exact.SUPPORTED) for x, b in zip(t, bounds, strict=True))
-    band = band_bounds(m, list(t), eps=e, delta=d, higher_is_better=hib, method=band_method,
-                       n_extra_failures=n_extra_failures)
-    return CellStatistics(t, failed, bounds, rules, practice, band)
+                               card_ships=b.verdict == exact.SUPPORTED) for x, b in zip(taus, bounds, strict=True))
+    band = band_bounds_at(m, np.asarray(taus, dtype=np.float64), e, d, hib, band_method, n_extra_failures)
+    return CellStatistics(taus, failed, bounds, rules, practice, band)

@@ -37,6 +37,7 @@ from recipe_audit.stats.checks import check_counts, check_delta, check_eps, rati
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
 from recipe_audit.stats.floors import budget_floor, first_passing, floor_of
+from recipe_audit.stats.interval import Interval
 from recipe_audit.stats.tails import (
     MAX_TERMS,
     TailTooLong,
@@ -59,9 +60,12 @@ __all__ = [
     "VERDICTS",
     "TailBound",
     "certifies",
+    "lower_at",
     "lower_bound",
     "more_clean_reruns_needed",
     "tail_bound",
+    "tail_bound_at",
+    "upper_at",
     "upper_bound",
     "verdict",
 ]
@@ -104,6 +108,15 @@ def clean_upper(n: int, d: float) -> float:
     return -math.expm1(math.log(d) / n)
 
 
+def upper_at(k: int, n: int, d: float) -> float:
+    """:func:`upper_bound` for counts and ``delta`` checked already (as :mod:`.checks` returns them)."""
+    if k == n:
+        return 1.0
+    if k == 0:
+        return clean_upper(n, d)
+    return _upper_mid(k, n, d)
+
+
 def upper_bound(k, n, delta) -> float:
     """One-sided exact upper bound ``U`` for ``k`` failures in ``n`` reruns (scalars).
 
@@ -111,12 +124,16 @@ def upper_bound(k, n, delta) -> float:
     (0.209299, 1.0)
     """
     k_i, n_i = check_counts(k, n)
-    d = check_delta(delta)
-    if k_i == n_i:
-        return 1.0
-    if k_i == 0:
-        return clean_upper(n_i, d)
-    return _upper_mid(k_i, n_i, d)
+    return upper_at(k_i, n_i, check_delta(delta))
+
+
+def lower_at(k: int, n: int, d: float) -> float:
+    """:func:`lower_bound` for counts and ``delta`` checked already (as :mod:`.checks` returns them)."""
+    if k == 0:
+        return 0.0
+    if k == n:
+        return d ** (1.0 / n)
+    return _lower_mid(k, n, d)
 
 
 def lower_bound(k, n, delta) -> float:
@@ -126,12 +143,7 @@ def lower_bound(k, n, delta) -> float:
     (0.037308, 0.0)
     """
     k_i, n_i = check_counts(k, n)
-    d = check_delta(delta)
-    if k_i == 0:
-        return 0.0
-    if k_i == n_i:
-        return d ** (1.0 / n_i)
-    return _lower_mid(k_i, n_i, d)
+    return lower_at(k_i, n_i, check_delta(delta))
 
 
 #: The size of the exact rational sum a tie is decided by (bits of the binomial's denominator).
@@ -241,7 +253,7 @@ def verdict(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> str:
     """
     k_i, n_i = check_counts(k, n)
     e, d = check_eps(eps), check_delta(delta)
-    return _verdict(k_i, n_i, e, d, floor_of(e, d), lower_bound(k_i, n_i, d))
+    return _verdict(k_i, n_i, e, d, floor_of(e, d), lower_at(k_i, n_i, d))
 
 
 def more_needed(k: int, n: int, e: float, d: float, n_min: int) -> int:
@@ -337,6 +349,11 @@ class TailBound:
     more_clean_reruns_needed: int
     verdict: str
 
+    @property
+    def interval(self) -> Interval:
+        """``[lower, upper]`` as the :class:`~recipe_audit.stats.interval.Interval` every result shares."""
+        return Interval(self.lower, self.upper)
+
     def to_dict(self) -> dict:
         """Plain-JSON representation."""
         return asdict(self)
@@ -366,12 +383,16 @@ def tail_bound(k, n, eps=DEFAULT_EPS, delta=DEFAULT_DELTA) -> TailBound:
                 f"tail_bound takes a single k and a single n, not an array {name}; "
                 "use clopper_pearson_upper for arrays.")
     k_i, n_i = check_counts(k, n)
-    e, d = check_eps(eps), check_delta(delta)
+    return tail_bound_at(k_i, n_i, check_eps(eps), check_delta(delta))
+
+
+def tail_bound_at(k: int, n: int, e: float, d: float) -> TailBound:
+    """:func:`tail_bound` for counts, ``eps`` and ``delta`` checked already (as :mod:`.checks`
+    returns them: at a card's door, :func:`~recipe_audit.stats.options.audit_options`)."""
     n_min = budget_floor(e, d)
-    upper = upper_bound(k_i, n_i, d)
-    lower = lower_bound(k_i, n_i, d)
-    v = _verdict(k_i, n_i, e, d, n_min, lower)
+    lower = lower_at(k, n, d)
+    v = _verdict(k, n, e, d, n_min, lower)
     return TailBound(
-        k=k_i, n=n_i, eps=e, delta=d, upper=capped(upper, e, v), lower=lower, sample_floor=n_min,
-        more_clean_reruns_needed=more_needed(k_i, n_i, e, d, n_min), verdict=v,
+        k=k, n=n, eps=e, delta=d, upper=capped(upper_at(k, n, d), e, v), lower=lower, sample_floor=n_min,
+        more_clean_reruns_needed=more_needed(k, n, e, d, n_min), verdict=v,
     )

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass
 from recipe_audit.stats import checks, exact, floors, tails
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS
 from recipe_audit.stats.errors import StatsInputError
+from recipe_audit.stats.interval import Interval
 
 __all__ = [
     "BONFERRONI",
@@ -52,6 +53,7 @@ __all__ = [
     "FamilyMember",
     "check_family_size",
     "family_bounds",
+    "family_bounds_at",
     "family_delta",
     "family_sample_floor",
     "family_tail_bound",
@@ -179,6 +181,11 @@ class FamilyMember:
     pointwise_sample_floor: int
     pointwise_verdict: str
 
+    @property
+    def interval(self) -> Interval:
+        """``[lower, upper]`` as the :class:`~recipe_audit.stats.interval.Interval` every result shares."""
+        return Interval(self.lower, self.upper)
+
     def to_dict(self) -> dict:
         """Plain-JSON representation."""
         return asdict(self)
@@ -215,7 +222,7 @@ def _member(k: int, n: int, e: float, d: float, m: int, method: str, level: floa
             log_p: float, certified: bool) -> FamilyMember:
     fd = checks.scaled(d, m)
     floor = floors.floor_of(e, fd)
-    lower = exact.lower_bound(k, n, fd)
+    lower = exact.lower_at(k, n, fd)
     if lower > e:
         verdict = exact.STRONG_UNSUPPORTED
     elif certified:
@@ -226,10 +233,10 @@ def _member(k: int, n: int, e: float, d: float, m: int, method: str, level: floa
         verdict = exact.UNSUPPORTED
     # the bound at the risk that decided the verdict: δ/M, or Holm's larger level where only it certifies
     at = level if certified and not exact.certifies_at(k, n, e, fd, floor) else fd
-    pw = exact.tail_bound(k, n, e, d)
+    pw = exact.tail_bound_at(k, n, e, d)
     return FamilyMember(
         k=k, n=n, eps=e, delta=d, family_size=m, method=method, family_delta=fd, level=level, rank=rank,
-        p_value=math.exp(log_p), upper=exact.capped(exact.upper_bound(k, n, at), e, verdict), upper_level=at,
+        p_value=math.exp(log_p), upper=exact.capped(exact.upper_at(k, n, at), e, verdict), upper_level=at,
         lower=lower, sample_floor=floor,
         more_clean_reruns_needed=0 if certified else exact.more_needed(k, n, e, fd, floor), verdict=verdict,
         pointwise_upper=pw.upper, pointwise_lower=pw.lower, pointwise_sample_floor=pw.sample_floor,
@@ -283,6 +290,12 @@ def family_bounds(counts: Sequence[tuple[int, int]], eps=DEFAULT_EPS, delta=DEFA
                               f"given ({len(pairs)}).")
     if m < 1:
         raise StatsInputError("a family needs at least one recipe.")
+    return family_bounds_at(pairs, e, d, m, method)
+
+
+def family_bounds_at(pairs: Sequence[tuple[int, int]], e: float, d: float, m: int, method: str = HOLM) -> FamilyCard:
+    """:func:`family_bounds` for counts, ``eps``, ``delta``, a family size ``m`` (at least the pairs
+    given) and a method checked already."""
     fd = checks.scaled(d, m)
     floor = floors.budget_floor(e, fd)
     log_ps = [_log_p(k, n, e) for k, n in pairs]

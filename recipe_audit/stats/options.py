@@ -184,11 +184,12 @@ def check_budget(eps: float, delta: float, family_size: int | None = None, anyti
     """Refuse a budget no count of reruns up to 10^15 could certify (at risk δ/M for a family,
     with the confidence sequence for an open-ended sweep), with one sentence."""
     d = delta if family_size in (None, 1) else checks.scaled(delta, family_size)
-    floors.budget_floor(checks.check_eps(eps), checks.check_delta(d))
+    e, d = checks.check_eps(eps), checks.check_delta(d)
+    floors.budget_floor(e, d)
     if anytime:
-        from recipe_audit.stats.anytime import anytime_sample_floor
+        from recipe_audit.stats.anytime import anytime_sample_floor_at
 
-        anytime_sample_floor(eps, d)
+        anytime_sample_floor_at(e, d)
 
 
 def audit_options(*, taus: Any = AuditOptions.taus, eps: Any = AuditOptions.eps, delta: Any = AuditOptions.delta,

@@ -50,6 +50,8 @@ __all__ = [
     "count_failures",
     "decisions_at",
     "failure_mask",
+    "failure_mask_at",
+    "practice_at",
     "practice_statistics",
 ]
 
@@ -69,8 +71,11 @@ def failure_mask(metrics, tau, higher_is_better: bool = True) -> np.ndarray:
     metric is NaN/inf (the rerun did not finish or produced garbage: dropping it would bias the card toward
     success).
     """
-    t = check_tau(tau)
-    m = np.asarray(metrics, dtype=np.float64)
+    return failure_mask_at(np.asarray(metrics, dtype=np.float64), check_tau(tau), higher_is_better)
+
+
+def failure_mask_at(m: np.ndarray, t: float, higher_is_better: bool) -> np.ndarray:
+    """:func:`failure_mask` for a float array ``m`` and a bar ``t`` checked already."""
     finite = np.isfinite(m)
     with np.errstate(invalid="ignore"):
         worse = (m < t) if higher_is_better else (m > t)
@@ -238,11 +243,13 @@ def practice_statistics(metrics, *, higher_is_better: bool = True, B: int = 2000
     m = check_metrics(metrics)
     B = check_positive_int("B", B)
     generator, seed, rng_info = make_rng(rng)
-    return _practice(m, bool(higher_is_better), B, generator, seed, rng_info)
+    return practice_at(m, bool(higher_is_better), B, generator, seed, rng_info)
 
 
-def _practice(m: np.ndarray, hib: bool, B: int, generator: np.random.Generator, seed: int | None,
-              rng_info: str) -> PracticeStatistics:
+def practice_at(m: np.ndarray, hib: bool, B: int, generator: np.random.Generator, seed: int | None,
+                rng_info: str) -> PracticeStatistics:
+    """:func:`practice_statistics` for a float array, a resample count and a generator (with the
+    seed and the words :func:`~.array_checks.make_rng` gives it) checked already."""
     b = m[np.isfinite(m)]
     n_fin = int(b.size)
     notes: list[str] = []
@@ -333,7 +340,7 @@ def apply_rules(
         k_card, n_card = int(k_arr), int(n_arr)
         if n_card < n_fin:
             raise StatsInputError(f"reruns n ({n_card}) cannot be fewer than the finished reruns ({n_fin}).")
-    practice = _practice(m, hib, B, generator, seed, rng_info)
+    practice = practice_at(m, hib, B, generator, seed, rng_info)
 
     # the card's own numbers, as tail_bound computes them (so the card rule and the verdict agree)
     upper = exact.upper_bound(k_card, n_card, d)

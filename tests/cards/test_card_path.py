@@ -201,10 +201,11 @@ def test_a_card_computes_each_cells_statistics_in_one_call(monkeypatch):
                     statuses=("FINISHED",) * n, sweep_run_ids=("p" * 32,), planned_seeds=tuple(range(n)),
                     digest="0" * 64, extra={}, unfinished=(), shift_refusal=refused)
 
-    whole = Spy(monkeypatch, stats_cell, "cell_statistics")
-    monkeypatch.setattr(build, "cell_statistics", stats_cell.cell_statistics)
-    singles = [Spy(monkeypatch, stats, name) for name in ("tail_bound", "apply_rules", "band_bounds")]
+    whole = Spy(monkeypatch, stats_cell, "cell_statistics_at")
+    monkeypatch.setattr(build, "cell_statistics_at", stats_cell.cell_statistics_at)
+    singles = [Spy(monkeypatch, stats, name) for name in ("tail_bound", "apply_rules", "band_bounds",
+                                                          "cell_statistics")]
     card = build.build_card([cell([0.9] * 30), cell([0.5] * 25, refused="not scored there")],
                             CardOptions(taus=(0.7, 0.8, 0.95)), {})
     assert len(card.cells) == 6 and whole.calls == 1  # the refused cell has no statistics
-    assert [s.calls for s in singles] == [0, 0, 0]
+    assert [s.calls for s in singles] == [0, 0, 0, 0]

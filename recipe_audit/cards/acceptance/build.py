@@ -34,6 +34,7 @@ from recipe_audit.cards.acceptance.document import (
 )
 from recipe_audit.cards.build import software_versions
 from recipe_audit.stats import acceptance as gates
+from recipe_audit.stats.interval import Interval
 
 GATE_TITLES = {
     "a": "(a) question-clustered bootstrap, held-out split",
@@ -147,12 +148,12 @@ def _verdict_reason(res: gates.AcceptanceResult) -> str:
 
 def _delta_deploy(res: gates.AcceptanceResult) -> DeltaDeploy | None:
     if res.a is not None:
-        return DeltaDeploy(estimate=card_number(res.a.delta_deploy), interval=tuple(card_number(x) for x in res.a.ci_deploy),
+        return DeltaDeploy(estimate=card_number(res.a.delta_deploy), interval=Interval(*(card_number(x) for x in res.a.ci_deploy)),
                            level=res.a.level, method="question-clustered paired bootstrap, held-out split")
     if res.b is not None:
         se = res.b.se_deploy_paired
         lo, hi = res.b.delta_deploy - 2 * se, res.b.delta_deploy + 2 * se
-        return DeltaDeploy(estimate=card_number(res.b.delta_deploy), interval=(card_number(lo), card_number(hi)), level=None,
+        return DeltaDeploy(estimate=card_number(res.b.delta_deploy), interval=Interval(card_number(lo), card_number(hi)), level=None,
                            method="fresh split, ± 2 paired standard errors (no held-out records)")
     return None
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from recipe_audit.cards import schemas
 from recipe_audit.stats import acceptance as gates
+from recipe_audit.stats.interval import Interval
 
 SCHEMA_VERSION = "1.0"
 CARD_KIND = "acceptance_card"
@@ -56,8 +57,8 @@ def thaw(v: Any) -> Any:
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-def _interval(x) -> tuple | None:
-    return None if x is None else tuple(x)
+def _interval(x) -> Interval | None:
+    return None if x is None else Interval(*x)
 
 
 def _list(x) -> list | None:
@@ -180,7 +181,7 @@ class DeltaDeploy:
     """Δdeploy = r_D^R − r_D^0 with its interval: reported beside the gates, never rescues a verdict."""
 
     estimate: float | None
-    interval: tuple[float | None, float | None] | None
+    interval: Interval | None  # its ends None where not finite numbers
     level: float | None
     method: str
     note: str = DELTA_DEPLOY_NOTE

@@ -15,6 +15,7 @@ from recipe_audit.stats.acceptance.names import (
 )
 from recipe_audit.stats.acceptance.records import GapEstimates, PairedRecords, gap_estimates, gaps
 from recipe_audit.stats.array_checks import check_positive_int, check_scalar_prob, make_rng
+from recipe_audit.stats.interval import Interval
 
 # Budget (resamples x units) of one chunk of the vectorised bootstrap: small enough that the chunk's
 # temporaries stay in cache and are reused (large fresh arrays cost more in page faults than the
@@ -22,21 +23,21 @@ from recipe_audit.stats.array_checks import check_positive_int, check_scalar_pro
 _CHUNK_CELLS = 1 << 16
 
 
-def percentile_interval(draws: np.ndarray, level: float) -> tuple[float, float]:
+def percentile_interval(draws: np.ndarray, level: float) -> Interval:
     """Two-sided percentile interval: the ``(1 − level)/2`` and ``(1 + level)/2`` quantiles of
     ``draws`` (numpy's default linear interpolation; the percentages are rounded to 10 decimals
     so that 0.95 gives exactly 2.5 and 97.5), NaN draws ignored.
 
     >>> percentile_interval(np.arange(101.0), 0.9)
-    (5.0, 95.0)
+    Interval(lower=5.0, upper=95.0)
     """
     lv = check_scalar_prob("level", level)
     d = np.asarray(draws, dtype=np.float64)
     d = d[np.isfinite(d)]
     if d.size == 0:
-        return (float("nan"), float("nan"))
+        return Interval(float("nan"), float("nan"))
     lo, hi = np.percentile(d, [round(50.0 * (1.0 - lv), 10), round(50.0 * (1.0 + lv), 10)])
-    return (float(lo), float(hi))
+    return Interval(float(lo), float(hi))
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,7 +52,7 @@ class BootstrapDistribution:
     seed: int | None
     rng: str
 
-    def interval(self, level: float, what: str = "delta_gap") -> tuple[float, float]:
+    def interval(self, level: float, what: str = "delta_gap") -> Interval:
         return percentile_interval(getattr(self, what), level)
 
 
@@ -102,9 +103,9 @@ class GateA(GapEstimates):
     seed: a labelled comparison only, too narrow when templates are correlated.
     """
 
-    ci_gap: tuple[float, float]
-    ci_deploy: tuple[float, float]
-    ci_gap_sensitivity: tuple[float, float]
+    ci_gap: Interval
+    ci_deploy: Interval
+    ci_gap_sensitivity: Interval
     level: float
     sensitivity_level: float
     B: int
@@ -113,8 +114,8 @@ class GateA(GapEstimates):
     n_questions: int
     n_items: int
     n_nan_resamples: int
-    item_ci_gap: tuple[float, float] | None = None
-    item_ci_deploy: tuple[float, float] | None = None
+    item_ci_gap: Interval | None = None
+    item_ci_deploy: Interval | None = None
     item_n_units: int | None = None
 
     @property
