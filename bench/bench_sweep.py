@@ -25,7 +25,16 @@ for A, outside the timing). ``--freeze-bare`` gives the bare loop the ``gc.freez
 does after its set-up, a stricter baseline (the freeze also spares the bare loop's own
 collections of torch's and transformers' objects, and its exit-time collection).
 
-Run: ``python bench/bench_sweep.py [--seeds N] [--threads T] [--repeat R]``
+``--hydra-only`` adds side H to every round: the same ``python -m recipe_audit -m`` with the
+recipe_audit callback taken out (``'~hydra.callbacks.recipe_audit'``): Hydra composes, launches
+and writes every job's ``.hydra/`` files and log, the same task function trains and scores each
+seed, but nothing reaches MLflow and no card is made. H - B is then Hydra's part (with the app's
+own start-up and per-job config checks), A - H the callback's: MLflow (the store, every rerun's
+run), the task's rerun logger and the card. ``--together`` runs the sides of a round at the same
+time rather than one after another, so that other load on a shared machine falls on them alike;
+compare their CPU times then (each side slows the others' wall clock).
+
+Run: ``python bench/bench_sweep.py [--seeds N] [--threads T] [--repeat R] [--hydra-only] [--together]``
 """
 
 from __future__ import annotations
@@ -33,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -121,34 +129,75 @@ class Timing:
     cpu: float  # user + system CPU seconds of the subprocess (and its children)
 
 
+class _Side:
+    """One side's subprocess, started now; :meth:`finish` waits for it and times it (wall clock
+    from its start, its own CPU time from ``wait4``, so sides running at once are told apart)."""
+
+    def __init__(self, cmd: list[str], cwd: Path, what: str) -> None:
+        self.what = what
+        self.out = tempfile.TemporaryFile(mode="w+")
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=self.out, stderr=self.err, text=True)
+
+    def finish(self) -> tuple[Timing, str]:
+        _pid, status, usage = os.wait4(self.proc.pid, 0)
+        wall = time.perf_counter() - self.t0
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        self.out.seek(0)
+        self.err.seek(0)
+        if self.proc.returncode != 0:
+            sys.exit(f"{self.what} failed:\n{self.err.read()[-3000:]}")
+        return Timing(wall, usage.ru_utime + usage.ru_stime), self.out.read()
+
+
 def _timed(cmd: list[str], cwd: Path, what: str) -> tuple[Timing, str]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        sys.exit(f"{what} failed:\n{proc.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Timing(wall, cpu), proc.stdout
+    return _Side(cmd, cwd, what).finish()
 
 
-def run_bare(seeds: int, threads: int, freeze: bool) -> tuple[Timing, dict[int, float]]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--bare", "--seeds", str(seeds),
-           "--threads", str(threads)] + (["--freeze-bare"] if freeze else [])
-    timing, out = _timed(cmd, REPO, "the bare loop")
+def _bare_cmd(seeds: int, threads: int, freeze: bool) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--bare", "--seeds", str(seeds),
+            "--threads", str(threads)] + (["--freeze-bare"] if freeze else [])
+
+
+def _bare_accuracies(out: str) -> dict[int, float]:
     line = [ln for ln in out.splitlines() if ln.startswith("BARE_RESULT ")][-1]
-    return timing, {int(k): v for k, v in json.loads(line.split(" ", 1)[1]).items()}
+    return {int(k): v for k, v in json.loads(line.split(" ", 1)[1]).items()}
 
 
-def run_app(seeds: int, threads: int, tmp: Path, card: bool = True) -> tuple[Timing, dict[int, float]]:
-    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+def _app_cmd(seeds: int, threads: int, tmp: Path, card: bool = True, callback: bool = True) -> list[str]:
     cmd = [sys.executable, "-m", "recipe_audit", "-m", f"seed=range({seeds})", "progress=false",
-           f"threads={threads}", f"tracking.uri={uri}", f"hydra.sweep.dir={tmp / 'sweep'}"]
+           f"threads={threads}", f"hydra.sweep.dir={tmp / 'sweep'}"]
+    if not callback:  # side H: Hydra and the task function alone (no MLflow, no card)
+        return [*cmd, "~hydra.callbacks.recipe_audit"]
+    cmd.append(f"tracking.uri=sqlite:///{tmp / 'mlflow.db'}")
     if not card:
         cmd.append("tracking.card_on_multirun_end=false")
-    timing, _ = _timed(cmd, tmp, "python -m recipe_audit")
-    return timing, _app_accuracies(uri)
+    return cmd
+
+
+def run_round(seeds: int, threads: int, freeze: bool, card: bool, hydra_only: bool, together: bool
+              ) -> tuple[Timing, dict[int, float], Timing | None, Timing, dict[int, float]]:
+    """One round: B, then H (with ``hydra_only``), then A; with ``together`` all at once.
+    Returns B's timing and accuracies, H's timing (None without it), A's timing and accuracies."""
+    with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp_a, \
+            tempfile.TemporaryDirectory(prefix="bench_sweep_h_") as tmp_h:
+        sides = [("B", _bare_cmd(seeds, threads, freeze), REPO, "the bare loop")]
+        if hydra_only:
+            sides.append(("H", _app_cmd(seeds, threads, Path(tmp_h), callback=False), Path(tmp_h),
+                          "python -m recipe_audit without the callback"))
+        sides.append(("A", _app_cmd(seeds, threads, Path(tmp_a), card), Path(tmp_a), "python -m recipe_audit"))
+        done: dict[str, tuple[Timing, str]] = {}
+        if together:
+            started = [(name, _Side(cmd, cwd, what)) for name, cmd, cwd, what in sides]
+            for name, side in started:
+                done[name] = side.finish()
+        else:
+            for name, cmd, cwd, what in sides:
+                done[name] = _timed(cmd, cwd, what)
+        accs_a = _app_accuracies(f"sqlite:///{Path(tmp_a) / 'mlflow.db'}")
+    return (done["B"][0], _bare_accuracies(done["B"][1]), done["H"][0] if hydra_only else None,
+            done["A"][0], accs_a)
 
 
 def _app_accuracies(uri: str) -> dict[int, float]:
@@ -174,6 +223,10 @@ def main() -> None:
     ap.add_argument("--freeze-bare", action="store_true",
                     help="give the bare loop the app's gc.freeze() after set-up too (a stricter baseline)")
     ap.add_argument("--no-card", action="store_true", help="leave the end-of-sweep card out of side A")
+    ap.add_argument("--hydra-only", action="store_true",
+                    help="add side H: the same sweep without the recipe_audit callback (Hydra and the task alone)")
+    ap.add_argument("--together", action="store_true",
+                    help="run a round's sides at the same time (compare CPU times on a loaded machine)")
     ap.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.bare:
@@ -181,24 +234,30 @@ def main() -> None:
         return
 
     n = args.seeds
+    order = "B, H, A" if args.hydra_only else "B then A"
     print(f"bench_sweep: {n} seeds of the default recipe, threads={args.threads}, "
-          f"{args.repeat} alternating rounds (B then A), best of each"
+          f"{args.repeat} {'rounds, sides at the same time' if args.together else 'alternating rounds'} "
+          f"({order}), best of each"
           + (", bare loop with gc.freeze()" if args.freeze_bare else "")
           + (", side A without the card" if args.no_card else ", side A with the end-of-sweep card"))
     print(f"  load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     runs_a: list[Timing] = []
     runs_b: list[Timing] = []
+    runs_h: list[Timing] = []
     accs_a = accs_b = None
     for i in range(args.repeat):
-        tb, accs_b = run_bare(n, args.threads, args.freeze_bare)
+        tb, accs_b, th, ta, accs_a = run_round(n, args.threads, args.freeze_bare, not args.no_card,
+                                               args.hydra_only, args.together)
         runs_b.append(tb)
         print(f"  round {i + 1}: B bare loop               {tb.wall:7.2f} s wall ({tb.wall / n:.3f} s/rerun), "
               f"{tb.cpu:7.2f} s CPU", flush=True)
-        with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
-            ta, accs_a = run_app(n, args.threads, Path(tmp), card=not args.no_card)
+        if th is not None:
+            runs_h.append(th)
+            print(f"  round {i + 1}: H without the callback    {th.wall:7.2f} s wall ({th.wall / n:.3f} s/rerun), "
+                  f"{th.cpu:7.2f} s CPU   H/B {th.wall / tb.wall:.3f}, CPU {th.cpu / tb.cpu:.3f}", flush=True)
         runs_a.append(ta)
         print(f"  round {i + 1}: A python -m recipe_audit  {ta.wall:7.2f} s wall ({ta.wall / n:.3f} s/rerun), "
-              f"{ta.cpu:7.2f} s CPU   A/B {ta.wall / tb.wall:.3f}", flush=True)
+              f"{ta.cpu:7.2f} s CPU   A/B {ta.wall / tb.wall:.3f}, CPU {ta.cpu / tb.cpu:.3f}", flush=True)
     print(f"  load average after: {os.getloadavg()[0]:.2f}")
 
     a, b = min(r.wall for r in runs_a), min(r.wall for r in runs_b)
@@ -210,6 +269,11 @@ def main() -> None:
     print(f"overhead A - B: {a - b:.2f} s in all, {(a - b) / n * 1000:.0f} ms/rerun if all paid per rerun")
     print(f"CPU time (user + sys, less sensitive to other load): A {ca:.2f} s, B {cb:.2f} s, "
           f"A/B = {ca / cb:.3f}")
+    if runs_h:
+        h, ch = min(r.wall for r in runs_h), min(r.cpu for r in runs_h)
+        print(f"H (Hydra and the task without the callback): {h:7.2f} s wall, {ch:.2f} s CPU")
+        print(f"  CPU, best of each: Hydra's part H - B {ch - cb:.2f} s ({(ch - cb) / n * 1000:.0f} ms/rerun if all "
+              f"per rerun), the callback's A - H {ca - ch:.2f} s ({(ca - ch) / n * 1000:.0f} ms/rerun)")
     print(f"ratio A/B (wall, best of {args.repeat}) = {ratio:.3f}  target <= {TARGET:.2f}: "
           f"{'PASS' if ratio <= TARGET else 'FAIL'}")
     same = accs_a == accs_b and sorted(accs_a) == list(range(n))
