@@ -19,13 +19,14 @@ Every call raises ``ValueError`` (a subclass naming what is wrong, in one senten
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recipe_audit.stats.options import AuditOptions
+from recipe_audit.stats.options import AuditOptions, option_fields
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -183,23 +184,34 @@ class Card:
         return render_files(self.card, Path(directory))
 
 
-def _options(taus: float | Sequence[float], eps: float, delta: float, higher_is_better: bool, unfinished: str,
-             metric: str, family_size: int | None = AuditOptions.family_size, anytime: bool = AuditOptions.anytime):
-    """The card's options through the one validator every door uses (recipe_audit.stats.options)."""
+def _options(func: str, options: dict[str, Any], metric: str):
+    """The card's audit options (``options``: the keywords the call was given beside its own) through
+    the one validator every door uses (recipe_audit.stats.options); a keyword that is none of them is
+    a ``TypeError``, as Python's own for ``func``."""
     from recipe_audit.cards.model import CardOptions
 
-    return CardOptions.from_config(taus=taus, eps=eps, delta=delta, higher_is_better=higher_is_better,
-                                   unfinished=unfinished, family_size=family_size, anytime=anytime,
-                                   metrics=[metric])
+    unknown = sorted(set(options) - {f.name for f in option_fields()})
+    if unknown:
+        raise TypeError(f"{func}() got an unexpected keyword argument {unknown[0]!r}")
+    return CardOptions.from_config(options, metrics=[metric])
 
 
-def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[float] = AuditOptions.taus,
-         eps: float = AuditOptions.eps, delta: float = AuditOptions.delta, tracking_uri: str | None = None,
-         seed_key: str | None = None, group_by: Sequence[str] = (),
-         higher_is_better: bool = AuditOptions.higher_is_better, unfinished: str = AuditOptions.unfinished,
-         recipe_id: str | None = None, sweep_id: str | None = None,
-         planned_seeds: Sequence[int] | None = None, family_size: int | None = AuditOptions.family_size,
-         anytime: bool = AuditOptions.anytime) -> Card:
+def _audit_keywords(func):
+    """``func`` takes the audit options as keywords (``**options``), each as
+    :class:`~recipe_audit.stats.options.AuditOptions` declares it: its signature (``help()``, the
+    reference docs) shows them, keyword-only, with their defaults, after its own."""
+    sig = inspect.signature(func)
+    own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    declared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+                for f in option_fields()]
+    func.__signature__ = sig.replace(parameters=[*own, *declared])
+    return func
+
+
+@_audit_keywords
+def card(experiment: str, metric: str | None = None, *, tracking_uri: str | None = None,
+         seed_key: str | None = None, group_by: Sequence[str] = (), recipe_id: str | None = None,
+         sweep_id: str | None = None, planned_seeds: Sequence[int] | None = None, **options: Any) -> Card:
     """The recipe card of the reruns in MLflow experiment ``experiment`` (``recipe-audit card``,
     without writing or logging anything).
 
@@ -209,8 +221,10 @@ def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[f
     defaults to ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``. A metric, audit
     set, seed key or group key that no run has is a ``ValueError`` naming what the runs do have,
     as ``recipe-audit card`` says it; a τ beyond every value logged is allowed and noted (a
-    ``UserWarning``). ``family_size`` and ``anytime`` as ``recipe-audit card --family-size``
-    and ``--anytime``.
+    ``UserWarning``). The audit options are keywords (``taus``, ``eps``, ``delta``, ``family_size``,
+    ``anytime``, ``unfinished``, ``higher_is_better``: every field of
+    :class:`~recipe_audit.stats.options.AuditOptions`, with its default), as ``recipe-audit card``'s
+    ``--tau``, ``--eps``, ...
 
     >>> import tempfile, mlflow
     >>> tmp = tempfile.TemporaryDirectory()
@@ -241,7 +255,7 @@ def card(experiment: str, metric: str | None = None, *, taus: float | Sequence[f
         raise ValueError("metric must name a metric key.")
     default_metric = metric is None  # as the command line without --metric: an audit set is asked for
     metric = metric or keys.DEFAULT_METRIC
-    opts = _options(taus, eps, delta, higher_is_better, unfinished, metric, family_size, anytime)
+    opts = _options("card", options, metric)
     uri = resolve_tracking_uri(tracking_uri)
     check.tracking_uri(uri, will_log=False)
     req = CardRequest(experiment=experiment, metric=metric, tracking_uri=uri,
@@ -288,12 +302,9 @@ def _column(frame: pd.DataFrame, name: str, what: str, prefixes: Sequence[str]) 
                      f"are {shown}.")
 
 
-def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
-                   taus: float | Sequence[float] = AuditOptions.taus, eps: float = AuditOptions.eps,
-                   delta: float = AuditOptions.delta, group_by: Sequence[str] = (),
-                   higher_is_better: bool = AuditOptions.higher_is_better, unfinished: str = AuditOptions.unfinished,
-                   planned_seeds: Sequence[int] | None = None, family_size: int | None = AuditOptions.family_size,
-                   anytime: bool = AuditOptions.anytime) -> Card:
+@_audit_keywords
+def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed", group_by: Sequence[str] = (),
+                   planned_seeds: Sequence[int] | None = None, **options: Any) -> Card:
     """The recipe card of a table of runs, one row per run: no tracking store needed.
 
     ``metric`` and ``seed`` name columns (``val_acc`` also finds ``metrics.val_acc``, ``seed``
@@ -302,7 +313,7 @@ def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
     missing or NaN metric), ``run_id``, ``start_time`` (which rerun of a seed run twice is the
     latest). Rows with equal ``group_by`` values are one cell; a seed run more than once counts
     its worst result. ``planned_seeds``: seeds that should have run (a missing one counts as a
-    failure).
+    failure). The audit options are keywords, as for :func:`card` (``taus``, ``eps``, ``delta``, ...).
 
     >>> import pandas as pd
     >>> runs = pd.DataFrame({"seed": range(59), "accuracy": [0.5] * 6 + [0.85] * 53})
@@ -348,8 +359,8 @@ def card_from_runs(runs: pd.DataFrame, metric: str, *, seed: str = "seed",
         f"logged[{name}]": ~np.isnan(values),
         **{g: runs[g].to_numpy(dtype=object) for g in groups},
     })
-    opts = _options(taus, eps, delta, higher_is_better, unfinished, name, family_size, anytime)
-    sets = collect_reruns(frame, name, higher_is_better=higher_is_better, group_by=groups,
+    opts = _options("card_from_runs", options, name)
+    sets = collect_reruns(frame, name, higher_is_better=opts.higher_is_better, group_by=groups,
                           planned_seeds=None if planned_seeds is None else tuple(planned_seeds))
     cells = [cell_from_rerun_set(rs, "") for rs in sets]
     source = {"experiment": None, "metric": name, "seed_key": seed_col, "group_by": groups,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from recipe_audit.stats.options import AuditOptions
+from recipe_audit.stats.options import AuditOptions, option_fields
 
 # a required field (OmegaConf reads the string "???" in a structured config as missing; this
 # module stays free of Hydra and OmegaConf so the training code can import it)
@@ -73,7 +73,28 @@ class TaskConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+def with_audit_options(cls: type) -> type:
+    """``cls`` as a structured config (a dataclass) with a field for each audit option after its
+    own: the name, type and default :class:`~recipe_audit.stats.options.AuditOptions` declares (a
+    tuple as a list, which OmegaConf takes). The built-in app's ``audit`` node and the callback's
+    schema are built so, so an option declared there is an option of both."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(AuditOptions)
+    annotations = cls.__dict__.get("__annotations__", {})
+    cls.__annotations__ = annotations
+    for f in option_fields():
+        kind, default = hints[f.name], f.default
+        if typing.get_origin(kind) is tuple:  # a tuple of τ: a list in a structured config
+            kind = list[typing.get_args(kind)[0]]
+            default = field(default_factory=lambda d=default: list(d))
+        annotations[f.name] = kind
+        setattr(cls, f.name, default)
+    return dataclasses.dataclass(cls)
+
+
+@with_audit_options
 class AuditConfig:
     # audit sets each rerun is scored on; ["all"] = every audit set the task defines
     sets: list[str] = field(default_factory=lambda: ["all"])
@@ -84,15 +105,11 @@ class AuditConfig:
     extra_task_options: dict[str, Any] = field(default_factory=dict)
     # the audit set the card is computed on by default (the calibration audit D_P)
     primary: str = "calibration"
-    # the card's options: their defaults and requirements are declared once, in
-    # recipe_audit.stats.options.AuditOptions (the release bars, the failure budget, the risk, the
-    # metric's direction, what unfinished reruns are: "fail" counts them as failures, "refuse" refuses)
-    taus: list[float] = field(default_factory=lambda: list(AuditOptions.taus))
-    eps: float = AuditOptions.eps
-    delta: float = AuditOptions.delta
-    higher_is_better: bool = AuditOptions.higher_is_better
     eval_batch_size: int = 256
-    unfinished: str = AuditOptions.unfinished
+    # then the card's options, a field each (with_audit_options), declared once with their defaults
+    # and requirements in recipe_audit.stats.options.AuditOptions: the release bars taus, the failure
+    # budget eps, the risk delta, family_size, anytime, what unfinished reruns are ("fail" counts them
+    # as failures, "refuse" refuses) and the metric's direction higher_is_better
 
 
 @dataclass

@@ -59,11 +59,11 @@ def test_help_states_the_true_defaults():
     stated = 0
     for name, action in _actions():
         text = action.help or ""
-        default = DEFAULT_TAUS[0] if action.dest == "tau" else action.default  # [] on the parser: 0.7 applies
+        default = DEFAULT_TAUS[0] if action.dest == "taus" else action.default  # None on the parser: 0.7 applies
         for value in re.findall(r"default:? (-?\d[\d.]*)", text):
             assert float(value) == float(default), (name, action.option_strings, text, default)
             stated += 1
-        if name in ("bound", "card") and action.default not in (None, False, "==SUPPRESS=="):
+        if name in ("bound", "card") and action.default not in (None, False, True, "==SUPPRESS=="):  # a switch
             assert "default" in text, (name, action.option_strings, "states no default")
     assert stated >= 10
 

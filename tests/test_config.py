@@ -189,10 +189,12 @@ def _signature_defaults(func) -> dict:
 
 
 def test_the_declaration_is_checked_and_names_every_requirement():
-    from recipe_audit.stats.options import AUDIT_OPTIONS, REQUIREMENTS, AuditOptions, OptionError
+    from recipe_audit.stats.options import AuditOptions, OptionError, option_fields, requirement
 
-    assert AUDIT_OPTIONS == ("taus", "eps", "delta", "family_size", "anytime", "unfinished", "higher_is_better")
-    assert set(REQUIREMENTS) == set(AUDIT_OPTIONS)
+    names = tuple(f.name for f in option_fields())
+    assert names == ("taus", "eps", "delta", "family_size", "anytime", "unfinished", "higher_is_better")
+    assert all(requirement(n) and f.metadata["flag"].startswith("--") and f.metadata["help"]
+               for n, f in zip(names, option_fields(), strict=True))
     assert AuditOptions() == AuditOptions(**_declared())
     with pytest.raises(OptionError, match=r"^delta must lie strictly between 0 and 0\.5 .*, not 0\.7\.$"):
         AuditOptions(delta=0.7)
@@ -200,56 +202,54 @@ def test_the_declaration_is_checked_and_names_every_requirement():
 
 def test_every_door_defaults_to_the_declared_audit_options():
     """The Hydra schemas, the composed YAML (the app's audit node and the callback's options that
-    interpolate it), the card's options, the command line and the Python API: a door whose default
-    drifts from recipe_audit.stats.options.AuditOptions fails here, naming the door."""
-    import inspect
+    interpolate it), the card's options, the callback, the command line and the Python API: each has
+    every audit option (``bound`` and ``verdict``: the budget's), with the declared default; a door
+    that drifts from recipe_audit.stats.options.AuditOptions fails here, naming the door."""
+    import dataclasses
 
     from recipe_audit import api, cli
     from recipe_audit.app.callback import RecipeAuditCallback
     from recipe_audit.app.schema import RecipeAuditCallbackConfig
     from recipe_audit.cards.model import CardOptions
-    from recipe_audit.commands import card as card_command
+    from recipe_audit.commands.args import audit_values
 
     declared = _declared()
     doors = {
         "config.AuditConfig": _shared(C.AuditConfig(), declared),
         "app.schema.RecipeAuditCallbackConfig": _shared(RecipeAuditCallbackConfig(), declared),
         "conf/audit/default.yaml": _shared(_typed().audit, declared),
-        "cards.model.CardOptions": {n: f.default for n, f in CardOptions.__dataclass_fields__.items()
-                                    if n in declared and n != "taus"},
-        "app.callback.RecipeAuditCallback": _signature_defaults(RecipeAuditCallback.__init__),
+        "cards.model.CardOptions": {f.name: f.default for f in dataclasses.fields(CardOptions) if f.name in declared},
+        "app.callback.RecipeAuditCallback": RecipeAuditCallback(metric="m").options,
     }
     for func in (api.bound, api.verdict, api.card, api.card_from_runs):
         doors[f"api.{func.__name__}"] = _signature_defaults(func)
     parser = cli.build_parser()
     for argv in (["bound", "-k", "0", "-n", "1"], ["card", "--experiment-name", "x"]):
-        a = vars(parser.parse_args(argv))
-        got = {n: a[n] for n in declared if n in a}
-        if "lower_is_better" in a:
-            got["higher_is_better"] = not a["lower_is_better"]
-        if "tau" in a:
-            assert a["tau"] == [] and "AuditOptions.taus" in inspect.getsource(card_command)  # the default τ
-        doors[f"recipe-audit {argv[0]}"] = got
+        a = parser.parse_args(argv)
+        doors[f"recipe-audit {argv[0]}"] = {n: v for n, v in audit_values(a).items() if n in vars(a)}
     drift = {door: {n: (v, declared[n]) for n, v in got.items() if v != declared[n]} for door, got in doors.items()}
     assert {door: d for door, d in drift.items() if d} == {}
-    assert all(doors[d] for d in doors), "every door has audit options"
-    assert set(doors["recipe-audit card"]) == set(declared) - {"taus"}
+    budget = {"eps", "delta", "family_size", "anytime"}
+    assert {door: set(got) for door, got in doors.items()} == {
+        door: set(declared) if door not in ("api.verdict", "api.bound", "recipe-audit bound")
+        else {"eps", "delta"} if door == "api.verdict" else budget for door in doors}
 
 
 def test_the_callback_interpolates_the_audit_node():
     """The built-in app's callback options are the audit node's (one place to set them: audit.eps),
-    for every option the callback and the audit node share."""
+    every declared option, interpolated (${audit.eps}) by the node the app's schemas store."""
     import dataclasses
 
     from recipe_audit.app.schema import RecipeAuditCallbackConfig
 
     with initialize_config_dir(str(config_dir()), version_base="1.3"):
-        raw = compose("config", return_hydra_config=True)
+        raw = compose("config", overrides=["audit.eps=0.05", "audit.family_size=3"], return_hydra_config=True)
     node = OmegaConf.to_container(raw.hydra.callbacks.recipe_audit, resolve=False)
     shared = ({f.name for f in dataclasses.fields(C.AuditConfig)} & set(_declared())
               & {f.name for f in dataclasses.fields(RecipeAuditCallbackConfig)})
-    assert shared == {"taus", "eps", "delta", "unfinished", "higher_is_better"}
+    assert shared == set(_declared())
     assert {n: node[n] for n in shared} == {n: f"${{audit.{n}}}" for n in shared}
+    assert (raw.hydra.callbacks.recipe_audit.eps, raw.hydra.callbacks.recipe_audit.family_size) == (0.05, 3)
 
 
 @pytest.mark.parametrize("overrides, identity", [([], "recipe"), (["experiment=acceptance"], "acceptance")])

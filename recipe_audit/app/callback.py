@@ -53,7 +53,7 @@ from recipe_audit.app.process import one_line, quiet_interrupts, rank, stop
 from recipe_audit.app.sweep_end import JobsKind, abandon_sweep, end_sweep, recipe_cards
 from recipe_audit.app.sweep_plan import CallbackOptionError, option_name, planned_seeds
 from recipe_audit.keys import KIND_ACCEPTANCE_CELL, KIND_RERUN
-from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
+from recipe_audit.stats.options import option_fields
 
 log = logging.getLogger("recipe_audit")
 
@@ -89,22 +89,24 @@ class RecipeAuditCallback(Callback):
     failed_noun = "rerun(s)"
     failed_consequence = "the card counts them as failures"
 
-    def __init__(self, metric: Any, higher_is_better: bool = True, taus: Sequence[float] = DEFAULT_TAUS,
-                 eps: float = DEFAULT_EPS, delta: float = DEFAULT_DELTA, seed_key: str = "seed",
-                 identity_exclude: Sequence[str] = (), experiment_name: str | None = None,
-                 tracking_uri: str | None = None, unfinished: str = "fail", resume: bool = False,
+    def __init__(self, metric: Any, seed_key: str = "seed", identity_exclude: Sequence[str] = (),
+                 experiment_name: str | None = None, tracking_uri: str | None = None, resume: bool = False,
                  card_on_multirun_end: bool = True, threads: Any = None, devices: Any = "auto",
-                 reruns_per_gpu: Any = 1, signing_key: str | None = None, _target_: str | None = None) -> None:
+                 reruns_per_gpu: Any = 1, signing_key: str | None = None, _target_: str | None = None,
+                 **options: Any) -> None:
         metrics = [metric] if isinstance(metric, str) else list(metric or [])
         self.metrics = [str(m) for m in metrics]
-        self.higher_is_better = bool(higher_is_better)
-        self.taus = tuple(taus or ())
-        self.eps, self.delta = eps, delta
+        # the card's options (taus, eps, delta, ...: recipe_audit.stats.options.AuditOptions declares them
+        # and their defaults), as given: checked with one sentence when the sweep starts (card_options)
+        declared = {f.name: f.default for f in option_fields()}
+        unknown = sorted(set(options) - set(declared))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}")
+        self.options = {**declared, **options}
         self.seed_key = str(seed_key)
         self.identity_exclude = tuple(str(k) for k in identity_exclude or ())
         self.experiment_name = experiment_name
         self.tracking_uri = tracking_uri
-        self.unfinished = unfinished
         self.resume = bool(resume)
         self.card_on_multirun_end = bool(card_on_multirun_end)
         self.threads = threads  # None: the app's own business; "auto" or a number: see job_env.SweepEnv
@@ -122,6 +124,15 @@ class RecipeAuditCallback(Callback):
 
     # -- options ----------------------------------------------------------------------------
 
+    @property
+    def taus(self) -> tuple[Any, ...]:
+        """The release bars each rerun is held to, as given."""
+        return tuple(self.options["taus"] or ())
+
+    @property
+    def higher_is_better(self) -> bool:
+        return bool(self.options["higher_is_better"])
+
     def card_options(self, config: DictConfig | None = None):
         """The card's options (one constructor for the sweep's card and the curtailing sweeper).
         A bad value is named as the user set it: ``audit.eps`` in the built-in app, whose callback
@@ -135,9 +146,7 @@ class RecipeAuditCallback(Callback):
             raise CallbackOptionError(f"{name('metric')} names no metric; give the key your training code logs, "
                               "e.g. metric=eval_accuracy.")
         try:  # the one validator of every door (recipe_audit.stats.options): the same words as the CLI's
-            return CardOptions.from_config(taus=list(self.taus), eps=self.eps, delta=self.delta,
-                                           higher_is_better=self.higher_is_better, unfinished=self.unfinished,
-                                           metrics=self.metrics, name=name)
+            return CardOptions.from_config({**self.options, "taus": list(self.taus)}, metrics=self.metrics, name=name)
         except CardError as exc:
             raise CallbackOptionError(str(exc)) from None
 

@@ -53,7 +53,7 @@ from recipe_audit import keys
 from recipe_audit.app import distributed
 from recipe_audit.app.outcomes import OutcomeChannel
 from recipe_audit.app.sweepers import RecipeSweeperBase, check_curtail_options, seed_key
-from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
+from recipe_audit.stats.options import option_fields
 from recipe_audit.store.curtailment import RECORD_FILE  # also written beside the sweep
 
 log = logging.getLogger("recipe_audit")
@@ -103,7 +103,12 @@ class CurtailingSweeperBase(RecipeSweeperBase):
 
     def _audit(self) -> dict[str, Any]:
         """The card's settings: the recipe_audit callback's options (its first metric), or, with no
-        callback configured, the built-in app's ``audit`` section."""
+        callback configured, the built-in app's ``audit`` section; every audit option (as
+        :class:`~recipe_audit.stats.options.AuditOptions` declares it) checked by the one validator,
+        a bad one refused with its sentence, naming the key the user set."""
+        from recipe_audit.app.sweep_plan import option_name
+        from recipe_audit.cards.model import CardError, CardOptions
+
         cb = OmegaConf.select(self.config, "hydra.callbacks.recipe_audit")
         if cb is not None:
             opts = OmegaConf.to_container(cb, resolve=True)
@@ -111,20 +116,24 @@ class CurtailingSweeperBase(RecipeSweeperBase):
             metric = metric if isinstance(metric, str) else (list(metric or []) or [None])[0]
             if not metric:
                 raise HydraException("The curtailing sweeper needs hydra.callbacks.recipe_audit.metric.")
-            audit = {"metric": str(metric), "taus": opts.get("taus", list(DEFAULT_TAUS)), "eps": opts.get("eps", DEFAULT_EPS),
-                     "delta": opts.get("delta", DEFAULT_DELTA), "higher_is_better": opts.get("higher_is_better", True)}
+            metric = str(metric)
+
+            def name(option: str) -> str:
+                return option_name(self.config, option)
         else:
-            a = OmegaConf.to_container(self.config.audit, resolve=True) if "audit" in self.config else {}
-            audit = {"metric": keys.accuracy_key(str(a.get("primary", keys.DEFAULT_AUDIT))),
-                     "taus": a.get("taus", list(DEFAULT_TAUS)), "eps": a.get("eps", DEFAULT_EPS), "delta": a.get("delta", DEFAULT_DELTA),
-                     "higher_is_better": a.get("higher_is_better", True)}
-        taus = [float(t) for t in audit["taus"] or []]
-        if not taus:
-            raise HydraException("The card's taus are empty: the curtailing sweeper needs a release bar.")
-        metric = audit["metric"]
+            opts = OmegaConf.to_container(self.config.audit, resolve=True) if "audit" in self.config else {}
+            metric = keys.accuracy_key(str(opts.get("primary", keys.DEFAULT_AUDIT)))
+
+            def name(option: str) -> str:
+                return f"audit.{option}"
+        given = {f.name: opts[f.name] for f in option_fields() if f.name in opts}
+        try:
+            checked = CardOptions.from_config(given, metrics=[metric], name=name)
+        except CardError as exc:
+            raise HydraException(str(exc)) from None
         audit_set = metric.split("/", 1)[1] if metric.startswith("accuracy/") else metric
-        return {"audit_set": audit_set, "metric": metric, "taus": taus, "eps": float(audit["eps"]),
-                "delta": float(audit["delta"]), "higher_is_better": bool(audit["higher_is_better"])}
+        return {"audit_set": audit_set, "metric": metric, "taus": list(checked.taus), "eps": checked.eps,
+                "delta": checked.delta, "higher_is_better": checked.higher_is_better}
 
     # -- jobs ---------------------------------------------------------------------------------
 

@@ -156,12 +156,11 @@ def _check_audit(audit) -> None:
     the same requirement in the same words as the command line, the Python API and the callback."""
     from recipe_audit import keys
     from recipe_audit.stats.errors import StatsInputError
-    from recipe_audit.stats.options import audit_options
+    from recipe_audit.stats.options import audit_options, option_fields
 
     try:
-        audit_options(taus=audit.taus, eps=audit.eps, delta=audit.delta, unfinished=audit.unfinished,
-                      higher_is_better=audit.higher_is_better, metrics=[keys.accuracy_key(audit.primary)],
-                      name=lambda option: f"audit.{option}")
+        audit_options(**{f.name: getattr(audit, f.name) for f in option_fields()},
+                      metrics=[keys.accuracy_key(audit.primary)], name=lambda option: f"audit.{option}")
     except StatsInputError as exc:
         raise ConfigurationError(str(exc)) from None
 

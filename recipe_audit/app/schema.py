@@ -9,31 +9,28 @@ purpose: the search-path plugin imports it in every Hydra app at start-up.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
-from recipe_audit.stats.options import AuditOptions
+from recipe_audit.config import with_audit_options
+from recipe_audit.stats.options import option_fields
 
 CALLBACK_TARGET = "recipe_audit.app.callback.RecipeAuditCallback"
 #: The OmegaConf resolver the built-in app's YAML derives the callback's identity_exclude with
 #: (``${recipe_audit.identity_exclude:recipe}``), registered by :func:`register_configs`.
 IDENTITY_EXCLUDE_RESOLVER = "recipe_audit.identity_exclude"
+#: The ConfigStore node (in ``hydra/recipe_audit_schemas``) that points each of the callback's audit
+#: options at the built-in app's ``audit`` node (``eps: ${audit.eps}``), stored by :func:`register_configs`.
+CALLBACK_AUDIT_OPTIONS = "callback_audit_options"
 
 
-@dataclass
+@with_audit_options
 class RecipeAuditCallbackConfig:
     _target_: str = CALLBACK_TARGET
     # required: the metric(s) a card is computed on, a metric key each rerun logs (or a task
     # function returns): "eval_accuracy", or a list of them, one card each. Checked, with one
     # sentence, when the multirun starts (a ??? here would fail later, with a traceback)
     metric: Any = None
-    # the card's options (defaults and requirements declared once, in
-    # recipe_audit.stats.options.AuditOptions): the metric's direction, the release bars, the
-    # failure budget eps, the risk delta, and (below) what unfinished reruns are
-    higher_is_better: bool = AuditOptions.higher_is_better
-    taus: list[float] = field(default_factory=lambda: list(AuditOptions.taus))
-    eps: float = AuditOptions.eps
-    delta: float = AuditOptions.delta
     # the config key that holds the seed (dotted for a nested key: "trainer.seed")
     seed_key: str = "seed"
     # config keys (dotted) left out of the recipe identity besides the seed and what depends on
@@ -43,8 +40,6 @@ class RecipeAuditCallbackConfig:
     experiment_name: str | None = None
     # default: $MLFLOW_TRACKING_URI, else the SQLite store ./mlruns/mlflow.db
     tracking_uri: str | None = None
-    # what the card does with unfinished reruns: "fail" counts them as failures, "refuse" refuses
-    unfinished: str = AuditOptions.unfinished
     # continue the interrupted sweep: seeds with a finished rerun of every recipe are not run again
     resume: bool = False
     card_on_multirun_end: bool = True
@@ -64,6 +59,10 @@ class RecipeAuditCallbackConfig:
     # key's PEM file; default: $RECIPE_AUDIT_SIGNING_KEY (a path, or the PEM itself: a CI secret),
     # else the cards are not signed. Never the key itself here: Hydra writes this config to disk
     signing_key: str | None = None
+    # then the card's options, a field each (with_audit_options), declared once with their defaults
+    # and requirements in recipe_audit.stats.options.AuditOptions: the release bars taus, the failure
+    # budget eps, the risk delta, family_size, anytime, what unfinished reruns are ("fail" counts them
+    # as failures, "refuse" refuses) and the metric's direction higher_is_better
 
 
 def register() -> None:
@@ -100,6 +99,10 @@ def register_configs() -> None:
     OmegaConf.register_new_resolver(IDENTITY_EXCLUDE_RESOLVER, identity_exclude, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="schema", node=RunConfig)
+    # the callback's audit options in the built-in app: ${audit.<option>} for every declared option
+    # (conf/config.yaml places this node at hydra.callbacks.recipe_audit)
+    cs.store(group=SCHEMA_GROUP, name=CALLBACK_AUDIT_OPTIONS,
+             node={f.name: f"${{audit.{f.name}}}" for f in option_fields()}, provider="recipe_audit")
     for group, node in (("model", ModelConfig), ("task", TaskConfig), ("recipe", RecipeConfig),
                         ("audit", AuditConfig), ("tracking", TrackingConfig), ("defense", DefenseConfig)):
         cs.store(group=SCHEMA_GROUP, name=group, node=node, provider="recipe_audit")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from recipe_audit import keys, stats
-from recipe_audit.stats.options import AUDIT_OPTIONS, AuditOptions, audit_options
+from recipe_audit.stats.options import AuditOptions, audit_options, option_fields
 
 SCHEMA_VERSION = "1.1"
 CARD_KIND = "recipe_card"
@@ -25,20 +25,14 @@ class CardError(ValueError):
 
 
 @dataclass(frozen=True)
-class CardOptions:
-    """What a card is asked: bars, budget, risk, and how unfinished reruns are treated."""
+class CardOptions(AuditOptions):
+    """What a card is asked: the audit options (bars, budget, risk, how unfinished reruns are
+    treated, M, the anytime reading: :class:`~recipe_audit.stats.options.AuditOptions` declares
+    them, their defaults and checks), and the card's own: the bootstrap and the band."""
 
-    # the audit options (recipe_audit.stats.options.AuditOptions declares their defaults and requirements)
-    taus: tuple[float, ...]
-    eps: float = AuditOptions.eps
-    delta: float = AuditOptions.delta
-    higher_is_better: bool = AuditOptions.higher_is_better
-    unfinished: str = AuditOptions.unfinished  # "fail": unfinished reruns are failures; "refuse": no card
     bootstrap_B: int = DEFAULT_BOOTSTRAP_B
     bootstrap_seed: int = DEFAULT_BOOTSTRAP_SEED
     band_method: str = "auto"  # the simultaneous band: auto | exact-cp | exact-ks | dkw
-    family_size: int | None = AuditOptions.family_size  # M stated by the user (default: the recipe identities counted)
-    anytime: bool = AuditOptions.anytime  # read every cell as an open-ended sweep (the confidence sequence)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None = None, /, *, metrics: Sequence[str] = (),
@@ -67,18 +61,17 @@ class CardOptions:
         merged = {**(config or {}), **options}
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in merged.items() if k in names and v is not None}
+        audit = [f.name for f in option_fields()]
         try:
-            checked = audit_options(**{k: kw[k] for k in AUDIT_OPTIONS if k in kw}, metrics=metrics, name=name)
+            checked = audit_options(**{k: kw[k] for k in audit if k in kw}, metrics=metrics, name=name)
         except stats.StatsInputError as exc:
             raise CardError(str(exc)) from None
-        kw.update({k: checked[k] for k in AUDIT_OPTIONS if k in kw or k == "taus"})
+        kw.update({k: checked[k] for k in audit})
         return cls(**kw)
 
     def __post_init__(self) -> None:
-        try:  # the same validator as from_config (an option set directly is checked the same way)
-            audit_options(taus=self.taus, eps=self.eps, delta=self.delta, family_size=self.family_size,
-                          anytime=self.anytime, unfinished=self.unfinished,
-                          higher_is_better=self.higher_is_better, budget=False)
+        try:  # the declared checks (an option set directly is checked as from_config checks it)
+            super().__post_init__()
         except stats.StatsInputError as exc:
             raise CardError(str(exc)) from None
         if self.bootstrap_B < 1:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from recipe_audit.stats.checks import MAX_RERUNS, MAX_RERUNS_TEXT
 
@@ -52,13 +52,13 @@ def whole(minimum: int = 0, maximum: int | None = None, maximum_text: str | None
 
 
 def audit_option(option: str) -> Callable[[str], object]:
-    """A parser for an audit option (``eps``, ``delta``, ``family_size``) checked by the one
-    validator every door uses (:mod:`recipe_audit.stats.options`): the same requirement in the same
-    words as in Python and in Hydra. ``eps`` and ``delta`` keep the decimal typed
+    """A parser for an audit option read as a number (``eps``, ``delta``, ``family_size``) checked by
+    the one validator every door uses (:mod:`recipe_audit.stats.options`): the same requirement in
+    the same words as in Python and in Hydra. ``eps`` and ``delta`` keep the decimal typed
     (``--delta 0.31381059609`` is 31381059609/10**11 exactly, not the nearest simple fraction)."""
-    from recipe_audit.stats.options import REQUIREMENTS, OptionError, check_option
+    from recipe_audit.stats.options import OptionError, check_option, option_fields, requirement
 
-    integer = option == "family_size"
+    integer = next(f for f in option_fields() if f.name == option).metadata["cli"] == "whole"
     first = number(integer=integer)
 
     def parse(text: str):
@@ -66,23 +66,63 @@ def audit_option(option: str) -> Callable[[str], object]:
         try:
             return check_option(option, text.strip() if not integer else int(text))
         except OptionError:
-            raise argparse.ArgumentTypeError(f"{shown(text, 30)} {REQUIREMENTS[option]}") from None
+            raise argparse.ArgumentTypeError(f"{shown(text, 30)} {requirement(option)}") from None
 
     return parse
 
 
+def audit_arguments(parser: argparse.ArgumentParser, names: Sequence[str], help: Mapping[str, str] | None = None) -> None:
+    """Add the audit options ``names`` to ``parser`` as :class:`~recipe_audit.stats.options.AuditOptions`
+    declares them: each field's flag, help (``help`` may word one for this command), metavar and
+    default; the value lands under the field's name. A number is checked as it is parsed (its
+    requirement, argparse's prefix), a switch is a bool (one whose default is true is the flag that
+    turns it off: ``--lower-is-better``), ``--tau`` may be repeated; other text reaches the validator
+    as typed. A repeated option not given is None: :func:`audit_values` leaves it to its default."""
+    from recipe_audit.stats.options import option_fields
+
+    declared = {f.name: f for f in option_fields()}
+    for name in names:
+        f = declared[name]
+        meta = f.metadata
+        default = f.default
+        shown_default = " ".join(f"{x:g}" for x in default) if isinstance(default, tuple) else default
+        kw: dict = {"dest": name, "help": (help or {}).get(name) or meta["help"].format(default=shown_default)}
+        if meta["metavar"]:
+            kw["metavar"] = meta["metavar"]
+        if isinstance(default, bool):
+            kw.update(action="store_false" if default else "store_true", default=default)
+        elif meta["cli"] == "numbers":
+            kw.update(action="extend", nargs="+", type=finite, default=None)
+        else:
+            kw.update(default=default, **({"type": audit_option(name)} if meta["cli"] in ("number", "whole") else {}))
+        parser.add_argument(meta["flag"], **kw)
+
+
+def audit_values(a: argparse.Namespace) -> dict[str, object]:
+    """The audit options the command line was given (those :func:`audit_arguments` added), by name;
+    an option not given has its declared default."""
+    from recipe_audit.stats.options import option_fields
+
+    out = {}
+    for f in option_fields():
+        value = getattr(a, f.name, None)
+        out[f.name] = f.default if value is None else value
+    return out
+
+
+def audit_flags() -> dict[str, str]:
+    """How the command line names each audit option in a sentence of the one validator (``--eps``)."""
+    from recipe_audit.stats.options import option_fields
+
+    return {f.name: f.metadata["flag"] for f in option_fields()}
+
+
 finite = number()
 probability = number(lambda v: 0 < v < 1, "must lie strictly between 0 and 1")
-#: The failure budget ε, strictly between 0 and 1, as typed.
-budget_eps = audit_option("eps")
-#: The statistical risk δ: a one-sided bound at confidence below one half is not a bound.
-risk = audit_option("delta")
 positive = number(lambda v: v > 0, "must be a positive number")
 count = number(lambda v: v >= 0, "is negative", integer=True)
 failures = whole(0, MAX_RERUNS, MAX_RERUNS_TEXT)
 reruns = whole(1, MAX_RERUNS, MAX_RERUNS_TEXT)
-#: The size M of the family a recipe was chosen from.
-family_size = audit_option("family_size")
 
 
 def family_or_anytime(a: argparse.Namespace, what: str) -> None:

@@ -9,30 +9,27 @@ from __future__ import annotations
 import argparse
 import json
 
-from recipe_audit.commands.args import budget_eps, failures, family_or_anytime, family_size, reruns, risk
-from recipe_audit.stats.options import AuditOptions
+from recipe_audit.commands.args import audit_arguments, failures, family_or_anytime, reruns
+
+#: The audit options a bound takes: its budget (ε, δ) and how it is read (M, anytime).
+BOUND_OPTIONS = ("eps", "delta", "family_size", "anytime")
 
 
 def register(subparsers) -> dict:
     b = subparsers.add_parser("bound", help="the exact tail bound and verdict for k failures in N reruns",
-                       description="The one-sided exact (Clopper–Pearson) bounds U and L on the next rerun's "
-                                   "failure probability, the sample floor N_min and the verdict, for k failures "
-                                   "in N reruns. Counts go up to 10^15.")
+                              description="The one-sided exact (Clopper–Pearson) bounds U and L on the next "
+                                          "rerun's failure probability, the sample floor N_min and the verdict, for "
+                                          "k failures in N reruns. Counts go up to 10^15.")
     b.add_argument("--failures", "-k", type=failures, required=True, help="failed reruns k (0 <= k <= N)")
     b.add_argument("--reruns", "-n", type=reruns, required=True, help="reruns N (1 to 10^15)")
-    b.add_argument("--eps", type=budget_eps, default=AuditOptions.eps,
-                   help=f"failure budget ε, strictly between 0 and 1 (default {AuditOptions.eps:.2f})")
-    b.add_argument("--delta", type=risk, default=AuditOptions.delta,
-                   help=f"statistical risk δ, strictly between 0 and 0.5 (default {AuditOptions.delta:.2f})")
-    b.add_argument("--family-size", type=family_size, default=AuditOptions.family_size, metavar="M",
-                   help="the recipe was chosen from M recipe identities (a grid, the best of several): "
-                        "the family-wise bounds at risk δ/M, floor and verdict lead (they hold whichever "
-                        "recipe was chosen; --json: the top-level keys), the pointwise ones follow "
-                        "(--json: under 'pointwise')")
-    b.add_argument("--anytime", action="store_true",
-                   help="the reruns come from a sweep that added seeds until the card looked good: the "
-                        "confidence sequence's bounds U_n and L_n (valid at every N at once), floor and verdict "
-                        "lead (--json: the top-level keys), the pointwise ones follow (--json: under 'pointwise')")
+    # the budget's options as AuditOptions declares them, M and the anytime reading worded for a bound
+    audit_arguments(b, BOUND_OPTIONS, help={
+        "family_size": "the recipe was chosen from M recipe identities (a grid, the best of several): the family-wise "
+                       "bounds at risk δ/M, floor and verdict lead (they hold whichever recipe was chosen; --json: "
+                       "the top-level keys), the pointwise ones follow (--json: under 'pointwise')",
+        "anytime": "the reruns come from a sweep that added seeds until the card looked good: the confidence "
+                   "sequence's bounds U_n and L_n (valid at every N at once), floor and verdict lead (--json: the "
+                   "top-level keys), the pointwise ones follow (--json: under 'pointwise')"})
     b.add_argument("--json", action="store_true", help="print one JSON object")
     return {"bound": cmd_bound}
 

@@ -12,17 +12,19 @@ from pathlib import Path
 from recipe_audit import keys
 from recipe_audit.commands.args import (
     TRACKING_URI_HELP,
-    budget_eps,
+    audit_arguments,
+    audit_flags,
+    audit_values,
     count,
     family_or_anytime,
-    family_size,
-    finite,
-    risk,
     whole,
 )
 from recipe_audit.errors import first_line
-from recipe_audit.stats.options import AuditOptions
+from recipe_audit.stats.options import option_fields
 
+#: The audit options ``recipe-audit card --help`` lists right after the card's inputs (the others follow
+#: the bootstrap's options).
+CARD_OPTIONS_FIRST = ("taus", "eps", "delta", "higher_is_better", "unfinished")
 SPLITS_MAX = 100_000
 BOOTSTRAP_MAX = 100_000
 
@@ -51,17 +53,7 @@ def register(subparsers) -> dict:
     c.add_argument("--group-by", action="extend", nargs="+", default=[], metavar="KEY",
                    help="keys that define a cell besides the recipe identity (e.g. params.model_name; "
                         "default: none)")
-    c.add_argument("--tau", action="extend", nargs="+", type=finite, default=[], metavar="T",
-                   help=f"release bar(s) τ; several give a grid (default {' '.join(f'{x:g}' for x in AuditOptions.taus)}); for the accuracy metrics "
-                        "(accuracy/AUDIT) τ must lie in [0, 1]; a τ beyond every value the reruns "
-                        "logged is allowed and noted")
-    c.add_argument("--eps", type=budget_eps, default=AuditOptions.eps,
-                   help=f"failure budget ε, strictly between 0 and 1 (default {AuditOptions.eps:.2f})")
-    c.add_argument("--delta", type=risk, default=AuditOptions.delta,
-                   help=f"statistical risk δ, strictly between 0 and 0.5 (default {AuditOptions.delta:.2f})")
-    c.add_argument("--lower-is-better", action="store_true", help="the metric is a loss: fail when > τ")
-    c.add_argument("--unfinished", default=AuditOptions.unfinished, metavar="{fail,refuse}",
-                   help="unfinished reruns count as failures (fail, the default) or refuse the card")
+    audit_arguments(c, CARD_OPTIONS_FIRST)
     c.add_argument("--recipe-id", default=None, help="only this recipe identity (default: every recipe)")
     c.add_argument("--sweep-id", default=None, help="only the reruns of this sweep (default: every sweep)")
     c.add_argument("--planned-seeds", default=None,
@@ -80,23 +72,12 @@ def register(subparsers) -> dict:
     c.add_argument("--bootstrap", type=whole(1, BOOTSTRAP_MAX), default=2000,
                    help=f"bootstrap resamples B, 1 to {BOOTSTRAP_MAX} (default 2000)")
     c.add_argument("--bootstrap-seed", type=count, default=0, help="seed of the bootstrap (default 0)")
-    c.add_argument("--family-size", type=family_size, default=AuditOptions.family_size, metavar="M",
-                   help="the recipes were chosen from a family of M identities (default: the identities the card "
-                        "covers on each audit set and τ, plus the experiment's or sweep's others); with M > 1 every "
-                        "cell states the family-wise verdict (Holm, δ/M) beside the pointwise one")
-    c.add_argument("--anytime", action="store_true",
-                   help="read every cell as an open-ended sweep (seeds added until the card looked good): the "
-                        "confidence sequence's U_n and L_n, valid at every N at once (a sweep run with "
-                        "hydra.sweeper.stop_on=anytime is read so without it)")
+    # every other audit option, as declared: --family-size, --anytime (and any option added to AuditOptions)
+    audit_arguments(c, [f.name for f in option_fields() if f.name not in CARD_OPTIONS_FIRST])
     c.add_argument("--band-method", choices=("auto", "exact-cp", "exact-ks", "dkw"), default="auto",
                    help="the simultaneous band valid for every τ (default auto: the exact Clopper–Pearson "
                         "shape up to 2000 reruns, the exact KS band up to 20000, DKW beyond)")
     return {"card": cmd_card}
-
-
-#: How ``recipe-audit card`` names each audit option in a sentence of the one validator.
-CLI_OPTION_NAMES = {"taus": "--tau", "eps": "--eps", "delta": "--delta", "family_size": "--family-size",
-                    "anytime": "--anytime", "unfinished": "--unfinished", "higher_is_better": "--lower-is-better"}
 
 
 def cmd_card(a: argparse.Namespace) -> int:
@@ -116,16 +97,15 @@ def cmd_card(a: argparse.Namespace) -> int:
     metric = a.metric or keys.accuracy_key(audits[0] if audits else keys.DEFAULT_AUDIT)
     shift = a.all_audits or len(audits) > 1
     metrics = [keys.accuracy_key(x) for x in dict.fromkeys(audits)] if shift and audits else [metric]
-    taus = tuple(a.tau or AuditOptions.taus)
+    given = audit_values(a)  # the audit options, as declared (recipe_audit.stats.options.AuditOptions)
+    taus = tuple(given["taus"])
     from recipe_audit.cards.model import CardOptions
 
     # the one validator of every door (recipe_audit.stats.options): ranges, τ for accuracies, the budget
-    opts = CardOptions.from_config(taus=taus, eps=a.eps, delta=a.delta,
-                                   higher_is_better=not a.lower_is_better, unfinished=a.unfinished,
-                                   bootstrap_B=a.bootstrap, bootstrap_seed=a.bootstrap_seed,
-                                   band_method=a.band_method, family_size=a.family_size, anytime=a.anytime,
+    opts = CardOptions.from_config(given, bootstrap_B=a.bootstrap, bootstrap_seed=a.bootstrap_seed,
+                                   band_method=a.band_method,
                                    metrics=metrics if not a.all_audits else [*metrics, keys.DEFAULT_METRIC],
-                                   name=CLI_OPTION_NAMES.get)
+                                   name=audit_flags().get)
     planned = check.planned_seeds(a.planned_seeds)
     check.output_paths(a.json_path, a.out)
     uri = resolve_tracking_uri(a.tracking_uri)
@@ -152,7 +132,7 @@ def cmd_card(a: argparse.Namespace) -> int:
 
         runs = read_card_runs(req, opts)
     notes = check.store(uri, a.experiment_name, metrics, seed_key=a.seed_key, group_by=a.group_by, taus=taus,
-                        higher_is_better=not a.lower_is_better, audits_named=bool(audits) or not a.metric,
+                        higher_is_better=opts.higher_is_better, audits_named=bool(audits) or not a.metric,
                         frame=None if runs is None else runs.frame)
     if shift:
         doc = compute_shift_card(req, opts, audits, split_audit=a.split_audit,

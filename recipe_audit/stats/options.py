@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -30,47 +30,158 @@ from recipe_audit.stats import checks, floors
 from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 from recipe_audit.stats.errors import StatsInputError
 
-__all__ = ["AUDIT_OPTIONS", "REQUIREMENTS", "UNFINISHED", "AuditOptions", "OptionError", "audit_options",
-           "check_budget", "check_option", "check_taus_for", "is_accuracy_metric"]
+__all__ = ["UNFINISHED", "AuditOptions", "OptionError", "audit_options", "check_budget", "check_option",
+           "check_taus_for", "is_accuracy_metric", "option", "option_fields", "requirement"]
 
 UNFINISHED = ("fail", "refuse")
 
 
-def _option(default: Any, requirement: str) -> Any:
-    return field(default=default, metadata={"requirement": requirement})
+def option(default: Any, requirement: str, check: Callable[[Any], Any], *, flag: str, help: str,
+           metavar: str | None = None, cli: str | None = None) -> Any:
+    """One audit option's declaration, a field of :class:`AuditOptions`: its ``default``, its
+    ``requirement`` (the words every door uses), ``check`` (the value converted, or ``ValueError``,
+    ``TypeError`` or ``ArithmeticError`` when it breaks the requirement), and how the command line
+    offers it: ``flag``, ``help`` (``{default}`` is the default as shown), ``metavar``, and ``cli``,
+    how the text is read: ``"number"`` / ``"whole"`` (checked as it is parsed), ``"numbers"``
+    (repeatable), None (a bool is a switch; other text goes to :func:`check_option` as typed)."""
+    return field(default=default, metadata={"requirement": requirement, "check": check, "flag": flag,
+                                            "help": help, "metavar": metavar, "cli": cli})
+
+
+def _number(value: Any) -> float | None:
+    """A finite real number (text, ``Fraction`` or ``Decimal`` keep their exact value), else None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (str, Decimal, Fraction)):
+        try:
+            t = checks.Typed(value)
+        except (StatsInputError, ValueError, ArithmeticError):
+            return None
+        return t if math.isfinite(t) else None
+    if hasattr(value, "ndim") and getattr(value, "ndim", 1) == 0 and hasattr(value, "item"):
+        value = value.item()
+    if not isinstance(value, numbers.Real):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
+def _between(top: float) -> Callable[[Any], float]:
+    """A number strictly between 0 and ``top`` (:class:`~.checks.Typed` when given exactly)."""
+
+    def check(value: Any) -> float:
+        v = _number(value)
+        if v is None or not 0.0 < v < top:
+            raise ValueError(value)
+        return v
+
+    return check
+
+
+def _count_or_none(value: Any) -> int | None:
+    """None, or a whole number from 1 to 10^15."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(value)
+    v = _number(value)
+    if v is None or v != math.floor(v) or not 1 <= v <= checks.MAX_RERUNS:
+        raise ValueError(value)
+    if isinstance(value, numbers.Integral) and not 1 <= int(value) <= checks.MAX_RERUNS:
+        raise ValueError(value)  # an int too large for a float's precision
+    return int(value) if isinstance(value, numbers.Integral) else int(v)
+
+
+def _finite_numbers(value: Any) -> tuple[float, ...]:
+    """One finite number or several, at least one, as a tuple of floats."""
+    items = [value] if isinstance(value, (int, float, str, Decimal, Fraction)) else value
+    got = [_number(t) for t in list(items)]  # not iterable: TypeError
+    if not got or any(t is None for t in got):
+        raise ValueError(value)
+    return tuple(float(t) for t in got)
+
+
+def _truth(value: Any) -> bool:
+    """``True`` or ``False`` (a NumPy bool too), never a number or text."""
+    if not isinstance(value, bool) and not (hasattr(value, "dtype") and str(value.dtype) == "bool"):
+        raise ValueError(value)
+    return bool(value)
+
+
+def _one_of(words: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in words:
+            raise ValueError(value)
+        return str(value)
+
+    return check
 
 
 @dataclass(frozen=True)
 class AuditOptions:
-    """The audit options, declared once: each field's name, default and requirement (in the words
-    every door uses). Every door takes its defaults from here: the built-in app's ``audit`` schema
-    (:class:`recipe_audit.config.AuditConfig`), the callback's schema
-    (:class:`recipe_audit.app.schema.RecipeAuditCallbackConfig`), the command line's options, the
-    Python API's keywords and the card's :class:`~recipe_audit.cards.model.CardOptions`; a test
-    fails when one drifts. Built, it is checked (:func:`check_option`, one sentence) and holds the
-    converted values.
+    """The audit options, declared once: each field's name, default, type, requirement (in the
+    words every door uses), check and command-line flag (:func:`option`). Every door takes them
+    from here: the built-in app's ``audit`` schema (:class:`recipe_audit.config.AuditConfig`) and the
+    callback's (:class:`recipe_audit.app.schema.RecipeAuditCallbackConfig`) get a field each, the
+    built-in app's callback interpolates each from the ``audit`` node, ``recipe-audit card`` an
+    option each (:func:`recipe_audit.commands.args.audit_arguments`), the Python API's ``card`` and
+    ``card_from_runs`` a keyword each; the callback, the built-in app and the curtailing sweeper
+    check them with :func:`audit_options`, and the card's :class:`~recipe_audit.cards.model.CardOptions`
+    extends this class. Adding an option is one field here. Built, it is checked (one sentence)
+    and holds the converted values.
 
     >>> AuditOptions().eps, AuditOptions(taus=0.8).taus
     (0.1, (0.8,))
     """
 
-    taus: tuple[float, ...] = _option(DEFAULT_TAUS, "must be finite numbers, at least one")
-    eps: float = _option(DEFAULT_EPS, "must lie strictly between 0 and 1")
-    delta: float = _option(DEFAULT_DELTA, "must lie strictly between 0 and 0.5 (one-sided bounds need delta < 0.5)")
-    family_size: int | None = _option(None, f"must lie between 1 and {checks.MAX_RERUNS_TEXT}")
-    anytime: bool = _option(False, "must be true or false")
-    unfinished: str = _option("fail", "must be 'fail' or 'refuse'")
-    higher_is_better: bool = _option(True, "must be true or false")
+    taus: tuple[float, ...] = option(
+        DEFAULT_TAUS, "must be finite numbers, at least one", _finite_numbers, flag="--tau", metavar="T",
+        cli="numbers", help="release bar(s) τ; several give a grid (default {default}); for the accuracy metrics "
+                            "(accuracy/AUDIT) τ must lie in [0, 1]; a τ beyond every value the reruns logged is "
+                            "allowed and noted")
+    eps: float = option(DEFAULT_EPS, "must lie strictly between 0 and 1", _between(1.0), flag="--eps", cli="number",
+                        help="failure budget ε, strictly between 0 and 1 (default {default:.2f})")
+    delta: float = option(DEFAULT_DELTA, "must lie strictly between 0 and 0.5 (one-sided bounds need delta < 0.5)",
+                          _between(0.5), flag="--delta", cli="number",
+                          help="statistical risk δ, strictly between 0 and 0.5 (default {default:.2f})")
+    family_size: int | None = option(
+        None, f"must lie between 1 and {checks.MAX_RERUNS_TEXT}", _count_or_none, flag="--family-size", metavar="M",
+        cli="whole", help="the recipes were chosen from a family of M identities (default: the identities the card "
+                          "covers on each audit set and τ, plus the experiment's or sweep's others); with M > 1 every "
+                          "cell states the family-wise verdict (Holm, δ/M) beside the pointwise one")
+    anytime: bool = option(
+        False, "must be true or false", _truth, flag="--anytime",
+        help="read every cell as an open-ended sweep (seeds added until the card looked good): the confidence "
+             "sequence's U_n and L_n, valid at every N at once (a sweep run with hydra.sweeper.stop_on=anytime is "
+             "read so without it)")
+    unfinished: str = option("fail", "must be 'fail' or 'refuse'", _one_of(UNFINISHED), flag="--unfinished",
+                             metavar="{fail,refuse}",
+                             help="unfinished reruns count as failures (fail, the default) or refuse the card")
+    higher_is_better: bool = option(True, "must be true or false", _truth, flag="--lower-is-better",
+                                    help="the metric is a loss: fail when > τ")
 
     def __post_init__(self) -> None:
-        for f in fields(self):
+        for f in option_fields():
             object.__setattr__(self, f.name, check_option(f.name, getattr(self, f.name)))
 
 
-#: The audit options' names, in the order they are checked.
-AUDIT_OPTIONS = tuple(f.name for f in fields(AuditOptions))
-#: What each option must be: the words every door uses.
-REQUIREMENTS = {f.name: f.metadata["requirement"] for f in fields(AuditOptions)}
+def option_fields() -> tuple[Field, ...]:
+    """The audit options' fields, in the order they are declared (and checked)."""
+    return tuple(f for f in fields(AuditOptions) if "requirement" in f.metadata)
+
+
+def _field(option: str) -> Field:
+    for f in option_fields():
+        if f.name == option:
+            return f
+    raise KeyError(option)
+
+
+def requirement(option: str) -> str:
+    """What ``option`` must be: the words every door uses."""
+    return _field(option).metadata["requirement"]
+
+
 #: recipe_audit's own metrics are accuracies (``accuracy/<audit set>``), in [0, 1].
 ACCURACY_PREFIX = "accuracy/"
 
@@ -95,70 +206,17 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _number(value: Any) -> float | None:
-    """A finite real number (text, ``Fraction`` or ``Decimal`` keep their exact value), else None."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (str, Decimal, Fraction)):
-        try:
-            t = checks.Typed(value)
-        except (StatsInputError, ValueError, ArithmeticError):
-            return None
-        return t if math.isfinite(t) else None
-    if hasattr(value, "ndim") and getattr(value, "ndim", 1) == 0 and hasattr(value, "item"):
-        value = value.item()
-    if not isinstance(value, numbers.Real):
-        return None
-    f = float(value)
-    return f if math.isfinite(f) else None
-
-
 def check_option(option: str, value: Any, name: str | None = None) -> Any:
-    """One option, checked and converted: ``eps`` and ``delta`` to floats (:class:`~.checks.Typed`
-    when given exactly), ``family_size`` to an int or None, ``taus`` to a tuple of floats,
-    ``unfinished`` to its word, ``anytime`` and ``higher_is_better`` to bools. Raises
-    :class:`OptionError` naming the option as ``name`` (default: its own name)."""
-    requirement = REQUIREMENTS[option]
-
-    def fail():
-        raise OptionError(option, value, requirement, name)
-
-    if option in ("eps", "delta"):
-        v = _number(value)
-        top = 1.0 if option == "eps" else 0.5
-        if v is None or not 0.0 < v < top:
-            fail()
-        return v
-    if option == "family_size":
-        if value is None:
-            return None
-        if isinstance(value, bool):
-            fail()
-        v = _number(value)
-        if v is None or v != math.floor(v) or not 1 <= v <= checks.MAX_RERUNS:
-            fail()
-        if isinstance(value, numbers.Integral) and not 1 <= int(value) <= checks.MAX_RERUNS:
-            fail()  # an int too large for a float's precision
-        return int(value) if isinstance(value, numbers.Integral) else int(v)
-    if option == "taus":
-        items = [value] if isinstance(value, (int, float, str, Decimal, Fraction)) else value
-        try:
-            items = list(items)
-        except TypeError:
-            fail()
-        got = [_number(t) for t in items]
-        if not got or any(t is None for t in got):
-            fail()
-        return tuple(float(t) for t in got)
-    if option == "unfinished":
-        if value not in UNFINISHED:
-            fail()
-        return str(value)
-    if option in ("anytime", "higher_is_better"):
-        if not isinstance(value, bool) and not (hasattr(value, "dtype") and str(value.dtype) == "bool"):
-            fail()
-        return bool(value)
-    raise KeyError(option)
+    """One option, checked and converted by its declared check (:class:`AuditOptions`): ``eps``
+    and ``delta`` to floats (:class:`~.checks.Typed` when given exactly), ``family_size`` to an
+    int or None, ``taus`` to a tuple of floats, ``unfinished`` to its word, ``anytime`` and
+    ``higher_is_better`` to bools. Raises :class:`OptionError` naming the option as ``name``
+    (default: its own name); ``KeyError`` for a name that is no audit option."""
+    f = _field(option)
+    try:
+        return f.metadata["check"](value)
+    except (ValueError, TypeError, ArithmeticError):
+        raise OptionError(option, value, f.metadata["requirement"], name) from None
 
 
 def is_accuracy_metric(metric: str) -> bool:
@@ -192,19 +250,19 @@ def check_budget(eps: float, delta: float, family_size: int | None = None, anyti
         anytime_sample_floor_at(e, d)
 
 
-def audit_options(*, taus: Any = AuditOptions.taus, eps: Any = AuditOptions.eps, delta: Any = AuditOptions.delta,
-                  family_size: Any = AuditOptions.family_size, anytime: Any = AuditOptions.anytime,
-                  unfinished: Any = AuditOptions.unfinished, higher_is_better: Any = AuditOptions.higher_is_better,
-                  metrics: Sequence[str] = (),
-                  name: Callable[[str], str] | None = None, budget: bool = True) -> dict[str, Any]:
-    """Every audit option checked, in the order :class:`AuditOptions` declares them (``taus``,
-    ``eps``, ``delta``, ``family_size``, ``anytime``, ``unfinished``, ``higher_is_better``), the
-    same at every door; then τ against accuracy ``metrics`` (in [0, 1]), and the budget
-    (``budget``: an ε small enough that no count up to 10^15 certifies it is refused).
-    ``name(option)`` is how the door names an option in its sentence. Returns the checked values."""
-    given = {"taus": taus, "eps": eps, "delta": delta, "family_size": family_size, "anytime": anytime,
-             "unfinished": unfinished, "higher_is_better": higher_is_better}
-    out = {o: check_option(o, given[o], name(o) if name is not None else o) for o in AUDIT_OPTIONS}
+def audit_options(*, metrics: Sequence[str] = (), name: Callable[[str], str] | None = None, budget: bool = True,
+                  **given: Any) -> dict[str, Any]:
+    """Every audit option checked, in the order :class:`AuditOptions` declares them, the same at
+    every door (one not given takes its declared default); then τ against accuracy ``metrics`` (in
+    [0, 1]), and the budget (``budget``: an ε small enough that no count up to 10^15 certifies it is
+    refused). ``name(option)`` is how the door names an option in its sentence. Returns the checked
+    values; a keyword that is no audit option is a ``TypeError``."""
+    declared = option_fields()
+    unknown = sorted(set(given) - {f.name for f in declared})
+    if unknown:
+        raise TypeError(f"audit_options() got an unexpected keyword argument {unknown[0]!r}")
+    out = {f.name: check_option(f.name, given.get(f.name, f.default), name(f.name) if name is not None else f.name)
+           for f in declared}
     check_taus_for(out["taus"], metrics, out["higher_is_better"])
     if budget:
         check_budget(out["eps"], out["delta"], out["family_size"], out["anytime"])
