@@ -390,7 +390,7 @@ def attach(model_name: str, card: Card | dict[str, Any] | str | Path, *, version
     uri = _uri(tracking_uri)
     files = None
     if isinstance(card, (str, Path)):
-        from recipe_audit.store.card_files import read_card
+        from recipe_audit.release.card_files import read_card
 
         files = read_card(str(card), uri)
         doc = files.doc

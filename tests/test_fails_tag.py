@@ -6,7 +6,7 @@ from __future__ import annotations
 from recipe_audit import keys
 from recipe_audit.app.callback import RecipeAuditCallback
 from recipe_audit.cards.document import CardEntry, Rerun
-from recipe_audit.store.cards import rerun_bar_tags
+from recipe_audit.release.card_runs import rerun_bar_tags
 
 
 def _card_tags(metric: str, taus, value, status="FINISHED") -> dict[str, str]:

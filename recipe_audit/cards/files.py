@@ -296,3 +296,26 @@ def write_json(card: RecipeCard | dict[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
+
+
+MAX_RUN_DESCRIPTION = 8000  # MLflow keeps at most this many characters of a run tag
+
+
+def run_description(markdown: str, html_name: str = "card.html") -> str:
+    """A card run's description (``mlflow.note.content``), the text the store writes as it is: the
+    card's Markdown without its image lines (the run page cannot show them; ``card.html`` in the
+    run's artifacts has them), cut at a section boundary when it would not fit a run tag."""
+    head = (f"The card with its plots: `{html_name}` in this run's artifacts; `card.json` is the "
+            "document its digest covers.\n\n")
+    body = "\n".join(ln for ln in markdown.splitlines() if not ln.startswith("!["))
+    text = head + body
+    if len(text) <= MAX_RUN_DESCRIPTION:
+        return text
+    note = f"\n\n(The rest of the card is in `{html_name}` and `card.md`.)"
+    sections = text.split("\n## ")
+    out = sections[0]
+    for sec in sections[1:]:
+        if len(out) + len(sec) + 4 + len(note) > MAX_RUN_DESCRIPTION:
+            break
+        out += "\n## " + sec
+    return (out + note)[:MAX_RUN_DESCRIPTION]

@@ -185,3 +185,21 @@ def fit(previous: str | None, rows: Sequence[Mapping[str, Any]], runs_link: str 
         if len(text) <= limit or not rows:
             return text
         rows.pop()
+
+
+def updated_note(previous: str | None, old_rows: Sequence[Mapping[str, Any]], entries: Iterable[Mapping[str, Any]],
+                 when: str, runs_link: str | None) -> tuple[str, list[dict[str, Any]]] | None:
+    """The experiment's description after a card: the verdicts of ``entries`` (a card's JSON
+    ``cells``, at time ``when``) first in the block, the latest cards logged before them
+    (``old_rows``, one per recipe, metric and τ) after, ``previous`` (the description now) kept
+    around it; with the rows to record beside it. None when the person's own text alone fills
+    the description (it is left as it is)."""
+    import json
+
+    rows = merge_rows(note_rows(entries, when), old_rows)
+    while rows and len(json.dumps(rows, separators=(",", ":"))) > MAX_NOTE:  # long group names
+        rows.pop()
+    text = fit(previous, rows, runs_link)
+    if len(text) > MAX_NOTE:
+        return None
+    return text, rows

@@ -132,8 +132,8 @@ def register(subparsers) -> dict:
 
 
 def cmd_attach(a: argparse.Namespace) -> int:
+    from recipe_audit.release.card_files import read_card
     from recipe_audit.release.registry import attach
-    from recipe_audit.store.card_files import read_card
 
     signer = _signer(a.signing_key)
     uri = _open(a.tracking_uri)
@@ -208,8 +208,8 @@ def cmd_gate(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
+    from recipe_audit.release.card_files import read_card
     from recipe_audit.release.verify import verify_card
-    from recipe_audit.store.card_files import read_card
     from recipe_audit.store.tracking import resolve_tracking_uri
 
     trusted = _trusted(a.trusted_key)

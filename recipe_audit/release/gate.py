@@ -87,9 +87,9 @@ def gate(tracking_uri: str, model_name: str, policy, *, version: str | None = No
     from recipe_audit.cards.model import CardError, audit_name
     from recipe_audit.cards.verify import cell_key
     from recipe_audit.release import evidence as ev
+    from recipe_audit.release.card_files import read_card
     from recipe_audit.release.verify import recompute as recompute_card_cells
     from recipe_audit.release.verify import signature_check, verify_card
-    from recipe_audit.store.card_files import read_card
 
     reg = ModelRegistry(tracking_uri)
     mv = reg.version(model_name, version=version, alias=alias)

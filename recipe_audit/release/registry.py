@@ -223,7 +223,7 @@ def attached_cards(tags: dict[str, str], tracking_uri: str | None = None) -> dic
 def _fields_from_card(stem: str, f: dict[str, str], summary: str, tracking_uri: str | None) -> dict[str, str]:
     """The fields of the attached card ``stem`` read from the card its ``card_uri`` names."""
     from recipe_audit.cards.model import CardError
-    from recipe_audit.store.card_files import load_card
+    from recipe_audit.release.card_files import load_card
 
     audit, _, tau = stem[len(keys.CARD_TAG_PREFIX):].rpartition(".tau_")
     fallback = {"audit_set": audit, "tau": tau, "verdict": summary.split(" · ")[0] or "unknown",

@@ -3,9 +3,13 @@ people land afterwards (the experiment's description, the store's URI)."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
+from recipe_audit.cards import note
 from recipe_audit.cards.document import RecipeCard
 from recipe_audit.cards.model import CardOptions
 from recipe_audit.cards.summary import print_card_summary
@@ -14,7 +18,7 @@ from recipe_audit.release.card_runs import CardOutput
 from recipe_audit.release.compute import CardRequest, compute_card
 from recipe_audit.store import artifacts
 from recipe_audit.store.cards import ui_experiment_link
-from recipe_audit.store.experiment_note import publish_experiment_note
+from recipe_audit.store.experiment_note import read_experiment_note, write_experiment_note
 from recipe_audit.store.uris import store_lines
 
 
@@ -61,3 +65,21 @@ def print_store(tracking_uri: str) -> None:
         print(line)
 
 
+
+
+def publish_experiment_note(tracking_uri: str, experiment: str, entries: Iterable[Mapping[str, Any]],
+                            when: _dt.datetime | None = None) -> str | None:
+    """Put the verdicts of ``entries`` (a card's JSON ``cells``) first in the block on
+    ``experiment``'s description, with the latest cards logged before them (one per recipe,
+    metric and τ): the text made by :func:`recipe_audit.cards.note.updated_note`, written by the
+    store as it is. Returns the description written, or None when the experiment is not there or
+    its own text fills the description."""
+    got = read_experiment_note(tracking_uri, experiment)
+    if got is None:
+        return None
+    stamp = (when or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
+    made = note.updated_note(got.text, got.rows, entries, stamp, got.runs_link)
+    if made is None:
+        return None
+    write_experiment_note(got, *made)
+    return made[0]

@@ -15,9 +15,9 @@ from recipe_audit.cards.digest import content_digest, document_digest, legacy_do
 from recipe_audit.cards.files import file_sha256, render_files, validate
 from recipe_audit.cards.model import DIGEST_SCHEME, CardOptions
 from recipe_audit.cards.verify import self_check
+from recipe_audit.release.card_files import read_card
 from recipe_audit.release.compute import CardRequest, compute_cards
 from recipe_audit.release.verify import verify_card
-from recipe_audit.store.card_files import read_card
 
 
 def _card(uri, taus=(0.7,), **kw):

@@ -117,12 +117,8 @@ def test_the_store_keeps_the_latest_rows_and_leaves_a_full_description_alone(sto
 
     from mlflow.tracking import MlflowClient
 
-    from recipe_audit.store.experiment_note import (
-        LEGACY_TAG_NOTE_ROWS,
-        TAG_NOTE,
-        TAG_NOTE_ROWS,
-        publish_experiment_note,
-    )
+    from recipe_audit.release.sweep import publish_experiment_note
+    from recipe_audit.store.experiment_note import LEGACY_TAG_NOTE_ROWS, TAG_NOTE, TAG_NOTE_ROWS
 
     client = MlflowClient(store)
     exp_id = client.create_experiment("exp")

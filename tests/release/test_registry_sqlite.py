@@ -60,7 +60,7 @@ def attached(world, tmp_path_factory):
     """A copy of the world with the GOOD recipe's logged model registered as 'clf' version 1
     (alias 'candidate') carrying the card file's cells of its recipe; tests only read it, or add
     what does not disturb the others."""
-    from recipe_audit.store.card_files import load_card
+    from recipe_audit.release.card_files import load_card
 
     root = tmp_path_factory.mktemp("attached")
     _copy_db(world.root / "mlflow.db", root / "mlflow.db")
@@ -228,7 +228,7 @@ def test_several_cards_from_several_attaches(copy, capsys):
 
 def test_a_failed_attach_to_a_version_restores_the_models_verdict(copy, capsys, monkeypatch):
     world, uri, _ = copy
-    from recipe_audit.store.card_files import load_card
+    from recipe_audit.release.card_files import load_card
 
     assert _attach_from_run(uri, world, capsys, "--audit", "shift_x", "--tau", "0.7")[0] == 0
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
@@ -298,7 +298,7 @@ def test_bad_input_is_one_sentence_and_writes_nothing(world, attached, in_tmp, c
 
 def test_a_failed_attach_is_undone(copy, monkeypatch):
     world, uri, _ = copy
-    from recipe_audit.store.card_files import load_card
+    from recipe_audit.release.card_files import load_card
 
     doc = load_card("card.json")
 

@@ -19,9 +19,9 @@ from mlflow.tracking import MlflowClient
 from recipe_audit import keys
 from recipe_audit.cards import signing
 from recipe_audit.cards.model import CardOptions
+from recipe_audit.release.card_files import read_card
 from recipe_audit.release.compute import CardRequest, compute_card
 from recipe_audit.release.sweep import cards_for_sweep
-from recipe_audit.store.card_files import read_card
 
 METRIC = keys.accuracy_key("calibration")
 
