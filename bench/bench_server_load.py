@@ -55,11 +55,14 @@ def server_env() -> dict:
     return env
 
 
+WORKERS: list[str] = []  # ["--workers", N] when given
+
+
 def start_server(d: Path, port: int, pg_port: int) -> tuple[str, float]:
     """``tracking_server.py start``: the URI and the seconds it took."""
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, str(SCRIPT), "start", "--dir", str(d), "--port", str(port),
-                           "--pg-port", str(pg_port)], env=server_env(), capture_output=True, text=True)
+                           "--pg-port", str(pg_port), *WORKERS], env=server_env(), capture_output=True, text=True)
     took = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"the server did not start: {proc.stderr[-2000:]}")
@@ -217,7 +220,9 @@ def main(argv=None) -> int:
     ap.add_argument("--after", type=int, default=8, help="--restart once this many reruns have finished")
     ap.add_argument("--restarts", type=int, default=0, help="no sweeps: time start after a crash this many times")
     ap.add_argument("--dir", type=Path, default=None, help="where the server and the sweeps live (default: a temp dir)")
+    ap.add_argument("--workers", type=int, default=None, help="the server's workers (default: the launcher's)")
     a = ap.parse_args(argv)
+    WORKERS[:] = ["--workers", str(a.workers)] if a.workers else []
     base = Path(a.dir or tempfile.mkdtemp(prefix="recipe_audit_load_"))
     base.mkdir(parents=True, exist_ok=True)
     base.chmod(0o711)  # as root, PostgreSQL's own user passes through to DIR/server/pg
@@ -226,7 +231,7 @@ def main(argv=None) -> int:
     print(f"cpu: {cpu}, {os.cpu_count()} cores; load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}",
           flush=True)
     uri, took = start_server(base / "server", free_port(), free_port())
-    print(f"server {uri} started in {took:.1f} s", flush=True)
+    print(f"server {uri} started in {took:.1f} s ({' '.join(WORKERS) or 'default workers'})", flush=True)
     ok = True
     try:
         if a.restarts:

@@ -339,6 +339,34 @@ def test_tracking_server_postgres_auth_parallel_ci(server, tmp_path, monkeypatch
     assert res["got"]["runs"] == 20 and res["got"]["steps"] == 400 and res["got"]["final_metrics"] == 20
     assert not any(res["lost"].values())
 
+    # PostgreSQL crashes (its postmaster killed): start, with no stop first, starts it again (its
+    # crash recovery syncing the data directory with syncfs, PostgreSQL 14+) while the MLflow
+    # server starts, and nothing that was committed is lost
+    import signal
+
+    state = json.loads((d / "server.json").read_text())
+    pg_data = Path(state["pg_dir"]) / "data"
+    postmaster = int((pg_data / "postmaster.pid").read_text().split()[0])
+    os.kill(postmaster, signal.SIGKILL)
+    t0 = time.monotonic()
+    _, _, restart = server
+    restart()
+    took = time.monotonic() - t0
+    assert took < procs.timeout(30), took
+    assert int((pg_data / "postmaster.pid").read_text().split()[0]) != postmaster
+    assert "automatic recovery in progress" in (Path(state["pg_dir"]) / "postgres.log").read_text()
+    if int((pg_data / "PG_VERSION").read_text()) >= 14:
+        import psycopg2
+
+        conn = psycopg2.connect(host="127.0.0.1", port=state["pg_port"], user="mlflow", dbname="postgres",
+                                passfile=str(d / "pgpass"))
+        with conn.cursor() as cur:
+            cur.execute("SHOW recovery_init_sync_method")
+            assert cur.fetchone()[0] == "syncfs"
+        conn.close()
+    again = client.search_runs([exp.experiment_id], "tags.`recipe_audit.kind` = 'rerun'")
+    assert sorted(r.info.run_id for r in again) == sorted(r.info.run_id for r in reruns)
+
 
 @pytest.mark.slow
 def test_server_gone_mid_sweep_stops_clearly_and_resumes(server, tmp_path):
@@ -460,7 +488,48 @@ def test_start_after_a_crash_finds_what_is_left(tmp_path):
         for p in (server, other):
             p.kill()
             p.wait()
-    assert 2 <= ts._default_workers() <= 8
+
+
+def test_start_after_a_crash_cleans_up_quickly(tmp_path):
+    """A dead postmaster's socket lock goes with its postmaster.pid (PostgreSQL refuses one that
+    names a pid not yet reaped); another postmaster's stays. Stopping the old server does not wait
+    for ``mlflow server`` to tear itself down once what it served has stopped."""
+    import time
+
+    ts = _script()
+    data, sock = tmp_path / "pg" / "data", tmp_path / "pg" / "sock"
+    data.mkdir(parents=True)
+    sock.mkdir()
+    dead = procs.spawn([sys.executable, "-c", "pass"])
+    dead.wait()
+    (data / "postmaster.pid").write_text(f"{dead.pid}\n{data}\n")
+    (sock / ".s.PGSQL.5433.lock").write_text(f"{dead.pid}\n{data}\n")
+    (sock / ".s.PGSQL.5434.lock").write_text(f"{os.getpid()}\n/elsewhere\n")  # another cluster's
+    assert not ts._pg_running(data)
+    assert sorted(p.name for p in sock.iterdir()) == [".s.PGSQL.5434.lock"]
+
+    # `mlflow server` forwards SIGTERM to its server (here a child that stops at once), waits for
+    # it, then takes its time to exit (its interpreter's teardown; 60 s here, longer than the grace)
+    leader = ("import signal, subprocess, sys, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', 'uvicorn'])\n"
+              "signal.signal(signal.SIGTERM, lambda *a: child.terminate())\n"
+              "print('ready', flush=True)\n"
+              "child.wait()\n"
+              "time.sleep(60)\n")
+    server = procs.spawn([sys.executable, "-c", leader, "mlflow", "server"], start_new_session=True,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        assert len(ts._server_processes(server.pid)) == 2  # the leader and its uvicorn
+        t0 = time.monotonic()
+        ts._stop_server(server.pid, grace_s=50)
+        took = time.monotonic() - t0
+        assert server.wait(timeout=5) == -9 and ts._server_processes(server.pid) == []
+        assert took < procs.timeout(10), took  # at most 40 s: not the grace of 50 s the leader would take
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
 
 
 @pytest.mark.slow
