@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_a_failed_jobs_error_is_read_without_a_line_or_a_changed_traceback(capsys):
     from hydra.core.utils import JobReturn, JobStatus
 
-    from recipe_audit.app.callback import job_result
+    from recipe_audit.app.seams import job_result
 
     try:
         raise RuntimeError("injected")
@@ -65,7 +65,7 @@ def test_the_sweeps_threads_are_handed_on_and_put_back(monkeypatch):
     from omegaconf import OmegaConf
 
     from recipe_audit.app import threads
-    from recipe_audit.app.job_env import SweepEnv
+    from recipe_audit.app.seams import SweepEnv
 
     monkeypatch.setenv(threads.ENV, "before")
     env = SweepEnv()

@@ -198,7 +198,7 @@ def test_the_sweeps_variable_is_put_back_when_the_sweep_ends(machine, monkeypatc
 
 
 def test_the_callback_stops_a_bad_option_with_one_sentence(machine, capsys):
-    from recipe_audit.app.job_env import SweepEnv
+    from recipe_audit.app.seams import SweepEnv
 
     with pytest.raises(SystemExit) as stop:
         SweepEnv().place_devices(_cfg(JOBLIB, n_jobs=2), None, "many", 1)

@@ -10,7 +10,8 @@ it (``MLFLOW_RUN_ID``, ``MLFLOW_EXPERIMENT_ID``, ``MLFLOW_EXPERIMENT_NAME``,
 ``MLFLOW_TRACKING_URI``), so whatever the task function logs the usual way (``mlflow.start_run()``,
 ``mlflow.autolog()``, the Hugging Face ``Trainer``'s MLflowCallback) lands in that run; Lightning's
 ``MLFlowLogger``, which reads neither ``MLFLOW_RUN_ID`` nor, given a store, ``MLFLOW_TRACKING_URI``,
-is pointed at the run while the job runs (:mod:`recipe_audit.app.mlflow_loggers`). When the job ends it records the truth whatever the task did
+is pointed at the run while the job runs (all of it installed and put back by
+:mod:`recipe_audit.app.seams`). When the job ends it records the truth whatever the task did
 to the run (FAILED with the error's first line when the task raised, FINISHED otherwise), logs a
 number or dict of numbers the task returned, the flattened config as params (keys the task logged
 itself are left as they are) and restores the environment. When the multirun ends it computes
@@ -23,7 +24,8 @@ process exits with status 1 after the card when any rerun failed.
 
 The callback only translates Hydra's events into plain calls on plain data: the sweep's plan is
 read out of Hydra's config by :mod:`recipe_audit.app.sweep_plan`; a job's rerun is opened and
-closed by :mod:`recipe_audit.app.jobs` (its environment: :mod:`recipe_audit.app.job_env`), the
+closed by :mod:`recipe_audit.app.jobs` (what its process needs around the task, and Hydra's
+``JobReturn``: :mod:`recipe_audit.app.seams`), the
 end of the sweep is :mod:`recipe_audit.app.sweep_end`; the runs themselves are the store's
 (:mod:`recipe_audit.store.sweeps`, :mod:`recipe_audit.store.rerun_runs`).
 
@@ -42,14 +44,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from recipe_audit.app import jobs, sweep_plan
-from recipe_audit.app.job_env import SweepEnv, sweep_tags
 from recipe_audit.app.outcomes import Bars, OutcomeChannel, Progress
 from recipe_audit.app.process import one_line, quiet_interrupts, rank, stop
+from recipe_audit.app.seams import SweepEnv, hand_back, job_result, restore_left, sweep_tags
 from recipe_audit.app.sweep_end import JobsKind, abandon_sweep, end_sweep, recipe_cards
 from recipe_audit.app.sweep_plan import CallbackOptionError, option_name, planned_seeds
 from recipe_audit.keys import KIND_ACCEPTANCE_CELL, KIND_RERUN
@@ -58,27 +59,6 @@ from recipe_audit.stats.options import option_fields
 log = logging.getLogger("recipe_audit")
 
 __all__ = ["AcceptanceSweepCallback", "CallbackOptionError", "RecipeAuditCallback"]  # CallbackOptionError: sweep_plan's
-
-
-def job_result(job_return: JobReturn) -> tuple[Any, BaseException | None]:
-    """What a job's task returned, or the error it raised, through Hydra's public ``return_value``.
-
-    For a failed job the property would re-raise the task's error (adding its own frames to the
-    error's traceback, which ``error.txt`` records) after a line on stderr meant for a sweep that
-    stops there; this one goes on. So the value it holds is read with the status COMPLETED for
-    the one read, and the status put back after it.
-    """
-    status = job_return.status
-    if status == JobStatus.COMPLETED:
-        return job_return.return_value, None
-    job_return.status = JobStatus.COMPLETED
-    try:
-        value = job_return.return_value
-    finally:
-        job_return.status = status
-    if status == JobStatus.FAILED:
-        return None, value if isinstance(value, BaseException) else None
-    return value, None
 
 
 class RecipeAuditCallback(Callback):
@@ -109,8 +89,8 @@ class RecipeAuditCallback(Callback):
         self.tracking_uri = tracking_uri
         self.resume = bool(resume)
         self.card_on_multirun_end = bool(card_on_multirun_end)
-        self.threads = threads  # None: the app's own business; "auto" or a number: see job_env.SweepEnv
-        self.devices, self.reruns_per_gpu = devices, reruns_per_gpu  # GPUs per rerun: see job_env.SweepEnv
+        self.threads = threads  # None: the app's own business; "auto" or a number: see seams.SweepEnv
+        self.devices, self.reruns_per_gpu = devices, reruns_per_gpu  # GPUs per rerun: see seams.SweepEnv
         self.signing_key = signing_key
         self._signer = None  # the key the cards are signed with (loaded by _check, when the sweep starts)
         self._env = SweepEnv()  # what the sweep hands its jobs through the environment
@@ -326,11 +306,13 @@ class RecipeAuditCallback(Callback):
 
     def _abandoned(self) -> None:
         """At exit, a sweep that never reached its end is recorded as such
-        (:func:`recipe_audit.app.sweep_end.abandon_sweep`). Normal ends clear ``self.sweep`` first."""
+        (:func:`recipe_audit.app.sweep_end.abandon_sweep`). Normal ends clear ``self.sweep`` first.
+        What a job interrupted in this process (Ctrl-C) left installed is put back after it."""
         self._env.restore()
         sweep, self.sweep = self.sweep, None
         if sweep is not None:
             abandon_sweep(sweep, self._jobs_kind(), joblib="joblib" in getattr(self, "_launcher", ""))
+        restore_left()
 
     def _unfinished_seeds(self, store, sweep, config: DictConfig) -> list[int]:
         """The planned seeds not yet finished for every recipe of the sweep. A seed is finished for
@@ -380,7 +362,7 @@ class RecipeAuditCallback(Callback):
                       mask_in_text(one_line(exc)))
             self._job = None
             return
-        jobs.start_job(self._job)
+        self._job.seams.install()
 
     def _open_rerun(self, config: DictConfig) -> jobs.Job:
         from recipe_audit.store.rerun_runs import flatten
@@ -406,30 +388,30 @@ class RecipeAuditCallback(Callback):
         if job is None:
             return
         try:
-            jobs.stop_resuming()
+            job.seams.task_returned()
             self._close_rerun(config, job, job_return)
         except Exception as exc:
             if job.rerun.tracking_uri.startswith(("http://", "https://")):  # a server that did not come back
                 jobs.stop_if_store_gone(job.rerun.tracking_uri, job.rerun.seed, exc)
             raise
         finally:
-            jobs.end_job(job)
+            job.seams.restore()
 
     def _close_rerun(self, config: DictConfig, job: jobs.Job, job_return: Any) -> None:
         returned, error = job_result(job_return)
         outcome = jobs.close_job(job, returned, error, bars=self.bars(), kind=self.run_kind, bar_tags=self.bar_tags,
                                  on_disk_full=self._abandoned if getattr(self, "sweep", None) is not None else None)
         if self._job_place(config).multirun:  # to a sweeper that asked for it (the curtailing sweeper)
-            OutcomeChannel(self._job_place(config).sweep_dir).post(int(config.hydra.job.num), outcome)
+            channel = OutcomeChannel(self._job_place(config).sweep_dir)
+            if channel.is_open():
+                channel.post(int(config.hydra.job.num), outcome)
         else:
             self._single_run_id = job.rerun.run_id  # printed when the run ends
         self._report(job, outcome)
         if self._progress is not None and self._progress.pid == os.getpid():  # jobs in this process
             self._progress.step(any(self.bars().fails(outcome, self.metrics[0])[:1]), self.taus[0])
-        if job_return.status == JobStatus.FAILED and self._job_place(config).multirun:
-            # the rerun is recorded as FAILED; the sweep goes on (see the module docstring)
-            job_return.status = JobStatus.COMPLETED
-            job_return.return_value = None
+        if self._job_place(config).multirun:  # a failed rerun is recorded as such; the sweep goes on
+            hand_back(job_return)
 
     def _report(self, job: jobs.Job, outcome: dict[str, Any]) -> None:
         self.bars().report(job.label, job.rerun.run_id, outcome, time.monotonic() - job.started)

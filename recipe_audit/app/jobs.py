@@ -1,57 +1,22 @@
 """A job's rerun, in the job's own process: opened before the task runs, closed after it.
 
-:func:`open_job` opens the rerun's MLflow run (nested under the sweep's run) and :func:`start_job`
-points what the task logs at it: MLflow's own variables, MLflow's fluent ``end_run`` and
-Lightning's ``MLFlowLogger`` (the job's environment: :mod:`recipe_audit.app.job_env`), and refuses
-a file store in the folder of the rerun's SQLite store.
-:func:`close_job` records the truth whatever the task did to the run, and :func:`end_job` puts
-the process back as it was. No Hydra here: the callback hands plain data in.
+:func:`open_job` opens the rerun's MLflow run (nested under the sweep's run), with what the job's
+process needs around the task to log into it (a :class:`recipe_audit.app.seams.JobSeams`,
+installed and put back by the callback); :func:`close_job` records the truth whatever the task
+did to the run. No Hydra here: the callback hands plain data in.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recipe_audit.app import job_env
+from recipe_audit.app import seams
 from recipe_audit.app.outcomes import Bars, disagreement, no_metric, returned_metrics
 from recipe_audit.app.process import one_line, stop
-
-
-@dataclass(frozen=True)
-class Rerun:
-    """The rerun a job is logging into (what the built-in trainer reads through :func:`current_rerun`)."""
-
-    run_id: str
-    artifact_uri: str
-    tracking_uri: str
-    experiment_id: str
-    experiment_name: str
-    seed: int
-    recipe_id: str
-    sweep_id: str | None
-    # tags a task function in this process adds; written with the rerun's closing batch
-    tags: dict[str, str] = field(default_factory=dict, compare=False)
-
-
-_CURRENT: list[Rerun] = []  # the rerun of the job running in this process (none between jobs)
-
-
-def current_rerun() -> Rerun | None:
-    """The rerun of the job running in this process, if the recipe_audit callback opened one."""
-    return _CURRENT[0] if _CURRENT else None
-
-
-def forget_current_rerun() -> None:
-    """No job runs in this process any more (a job that stopped the process: tests run it in theirs)."""
-    from recipe_audit.store import sqlite
-
-    _CURRENT.clear()
-    sqlite.refuse_file_stores_beside(None)
 
 
 @dataclass(frozen=True)
@@ -69,15 +34,13 @@ class JobPlace:
 
 @dataclass
 class Job:
-    """A job whose rerun is open."""
+    """A job whose rerun is open, and what its process needs around the task to log into it."""
 
-    rerun: Rerun
+    rerun: seams.Rerun
     params: dict[str, str]
-    saved_env: dict[str, str | None]
+    seams: seams.JobSeams
     label: str
     started: float = field(default_factory=time.monotonic)
-    raw_config: Any = None  # the job's config as written (where it builds an MLFlowLogger)
-    restore_loggers: Callable[[], None] | None = None
 
 
 def open_job(place: JobPlace, new, *, label: str, params: dict[str, str], raw_config: Any,
@@ -87,7 +50,7 @@ def open_job(place: JobPlace, new, *, label: str, params: dict[str, str], raw_co
     sweep's parent run is in its store (checked once a process)."""
     from recipe_audit.store import rerun_runs, sqlite, sweeps, tracking
 
-    placed = job_env.job_devices(place.sweep_dir)  # CUDA_VISIBLE_DEVICES, before the task runs
+    placed = seams.job_devices(place.sweep_dir)  # CUDA_VISIBLE_DEVICES, before the task runs
     store = tracking.open_store(place.uri, place.experiment, wait_for_server=place.multirun)
     sqlite.check_store_file(store.uri)
     sweep = sweeps.current_sweep(Path(place.sweep_dir)) if place.multirun else None
@@ -95,27 +58,11 @@ def open_job(place: JobPlace, new, *, label: str, params: dict[str, str], raw_co
         sweeps.check_sweep_parent(store, sweep)  # once a process: the store is the sweep's
         parent_checked.append(True)
     run_id, artifact_uri = rerun_runs.open_rerun(store, new, placed=placed, sweep=sweep)
-    saved = job_env.saved_mlflow_env()
     seed = new.seed
-    rerun = Rerun(run_id, artifact_uri, store.uri, store.experiment_id, store.experiment_name,
-                  int(seed) if isinstance(seed, int) and not isinstance(seed, bool) else seed, new.recipe_id,
-                  sweep.sweep_id if sweep else None)
-    return Job(rerun, params, saved, label, raw_config=raw_config)
-
-
-def start_job(job: Job) -> None:
-    """Point what the task logs at the job's rerun, for the job's duration."""
-    from recipe_audit.app.mlflow_loggers import point_mlflow_loggers
-    from recipe_audit.store import rerun_runs, sqlite
-    from recipe_audit.store.uris import mask_credentials
-
-    rerun = job.rerun
-    _CURRENT[:] = [rerun]
-    job_env.point_mlflow_at(rerun.run_id, rerun.experiment_id, rerun.experiment_name, rerun.tracking_uri)
-    rerun_runs.keep_rerun_resumable(rerun.run_id)
-    sqlite.refuse_file_stores_beside(rerun.tracking_uri)
-    job.restore_loggers = point_mlflow_loggers(rerun.tracking_uri, rerun.run_id, rerun.experiment_name,
-                                               raw_config=job.raw_config, mask=mask_credentials)
+    rerun = seams.Rerun(run_id, artifact_uri, store.uri, store.experiment_id, store.experiment_name,
+                        int(seed) if isinstance(seed, int) and not isinstance(seed, bool) else seed, new.recipe_id,
+                        sweep.sweep_id if sweep else None)
+    return Job(rerun, params, seams.JobSeams(rerun, raw_config), label)
 
 
 def close_job(job: Job, returned: Any, error: BaseException | None, *, bars: Bars, kind: str,
@@ -130,7 +77,6 @@ def close_job(job: Job, returned: Any, error: BaseException | None, *, bars: Bar
     from recipe_audit import keys
     from recipe_audit.store import rerun_runs, sqlite, tracking
 
-    end_fluent_run()
     store = tracking.open_store(job.rerun.tracking_uri, job.rerun.experiment_name)
     try:
         sqlite.check_store_file(store.uri)
@@ -180,33 +126,3 @@ def stop_if_store_gone(uri: str, seed: Any, exc: BaseException) -> None:
         stop(f"{gone} Seed {seed} was not recorded and the sweep stops here; the reruns that "
              "finished are in the store: relaunch the same command with tracking.resume=true "
              "once it is back.")
-
-
-def end_job(job: Job) -> None:
-    """The process as it was before the job: MLflow's variables and ``end_run``, Lightning's
-    ``MLFlowLogger``, no current rerun."""
-    _CURRENT.clear()
-    if job.restore_loggers is not None:
-        job.restore_loggers()
-    job_env.restore(job.saved_env)
-
-
-def stop_resuming() -> None:
-    """MLflow's own ``end_run`` again, file stores no longer refused (the job's task has returned)."""
-    from recipe_audit.store import rerun_runs, sqlite
-
-    rerun_runs.keep_rerun_resumable(None)
-    sqlite.refuse_file_stores_beside(None)
-
-
-def end_fluent_run() -> None:
-    """A run the task left active in MLflow's fluent API is ended, so the next job in this process
-    does not log into it (its final status is set right after)."""
-    mlflow = sys.modules.get("mlflow")
-    if mlflow is None:
-        return
-    try:
-        while mlflow.active_run() is not None:
-            mlflow.end_run()
-    except Exception:  # noqa: BLE001 - the run's status is set by the callback anyway
-        pass

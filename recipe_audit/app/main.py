@@ -206,7 +206,7 @@ def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
 def _attach_rerun(audit_names, cfg):
     """A writer for the rerun's run the callback opened for this job (None on other processes)."""
     from recipe_audit import keys
-    from recipe_audit.app.jobs import current_rerun
+    from recipe_audit.app.seams import current_rerun
     from recipe_audit.store import rerun_log, tracking
 
     rerun = current_rerun()
@@ -239,7 +239,7 @@ def _stop_if_store_gone(uri: str, seed: int, exc: BaseException) -> None:
 def _fail(message: str, exc: BaseException | None = None, record: bool = True) -> None:
     """One sentence and exit 2. The rerun's run (if the callback opened one) is closed FAILED
     first: exiting skips the callback's end of the job."""
-    from recipe_audit.app.jobs import current_rerun
+    from recipe_audit.app.seams import current_rerun
 
     rerun = current_rerun()
     if record and rerun is not None:

@@ -10,9 +10,10 @@ config (``hydra.utils.instantiate``) or in the app's own code, gets the rerun's
 ``tracking_uri``, ``run_id`` and ``experiment_name``; every other argument is passed on as given.
 A Lightning package first imported while the job runs (the task function imports it) has its
 class wrapped as soon as its module is loaded. The first logger that changes says so in one line
-of the job's log. The returned function puts
-each class's own constructor back (the callback calls it when the job ends, also when the task
-raised). No Hydra or MLflow is imported here.
+of the job's log. The returned function puts each class's own constructor back. This is the
+Lightning entry of the metric sources that :mod:`recipe_audit.app.seams` installs around every
+job's task and puts back when the job ends, also when the task raised. No Hydra or MLflow is
+imported here.
 """
 
 from __future__ import annotations

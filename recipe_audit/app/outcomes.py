@@ -179,10 +179,14 @@ class OutcomeChannel:
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir(parents=True)
 
+    def is_open(self) -> bool:
+        """Whether a sweeper opened the channel (one ``stat``)."""
+        return self.folder.is_dir()
+
     def post(self, job_index: int, outcome: Mapping[str, Any]) -> None:
         """The outcome of the job ``job_index``, when a sweeper opened the channel (written whole:
         a reader never sees half a file)."""
-        if not self.folder.is_dir():
+        if not self.is_open():
             return
         path = self.folder / f"{int(job_index)}.json"
         tmp = path.with_name(f".{path.name}.{os.getpid()}")

@@ -11,6 +11,7 @@ so that a store deleted or replaced under a sweep is told (:func:`check_store_fi
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import time
@@ -368,12 +369,19 @@ def refuse_file_stores_beside(uri: str | None) -> None:
     _GUARDED.clear()
     if uri is None or not is_sqlite(uri):
         return
-    _GUARDED.append(Path(uri[len(PREFIX):]).resolve())
+    _GUARDED.append(_resolved(uri[len(PREFIX):], os.getcwd()))
     if not _HOOKED:
         import wrapt
 
         _HOOKED.append(True)
         wrapt.register_post_import_hook(_guard_file_store, _FILE_STORE)
+
+
+@functools.lru_cache(maxsize=16)
+def _resolved(path: str, cwd: str) -> Path:
+    """``path`` resolved from the directory ``cwd`` (this process's own): once a store and
+    directory, not at every job (a sweep's jobs share one store)."""
+    return Path(path).resolve()
 
 
 _HOOKED: list[bool] = []

@@ -60,7 +60,7 @@ def _exit_status(exc: SystemExit, err: io.StringIO) -> int:
 def _run(target: Callable[[], object], argv: list[str], cwd: Path, env_extra: dict | None) -> Ran:
     from mlflow.tracking._tracking_service import utils as tracking_utils
 
-    from recipe_audit.app import jobs
+    from recipe_audit.app import seams
 
     saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv[:], os.getcwd()
     root = logging.getLogger()
@@ -106,6 +106,7 @@ def _run(target: Callable[[], object], argv: list[str], cwd: Path, env_extra: di
                 except Exception:  # noqa: BLE001 - printed, as the interpreter prints it, and the next one runs
                     traceback.print_exc(file=err)
     finally:
+        seams.restore_left()  # what a job whose task stopped the process left installed (Hydra skipped its end)
         atexit.register = register
         gc.freeze = freeze
         sys.argv = saved_argv
@@ -128,7 +129,6 @@ def _run(target: Callable[[], object], argv: list[str], cwd: Path, env_extra: di
                 lg.setLevel(level)
                 lg.handlers[:] = handlers
                 lg.propagate, lg.disabled = propagate, disabled
-        jobs.forget_current_rerun()
         tracking_utils._tracking_uri = saved_uri
         torch.set_num_threads(saved_threads)
     return Ran(rc, out.getvalue(), err.getvalue())
