@@ -10,19 +10,26 @@ the per-job work around it (threads, the prepared task, the callback's hooks, th
 * ``--cpu``: under ``cProfile`` timed in this process's CPU seconds (less sensitive to other load
   on a shared machine; the timer's own system calls inflate everything further);
 * ``--timers``: no profiler: the same functions wrapped with a wall-clock and a CPU timer (what
-  they cost, as near as one can tell from inside).
+  they cost, as near as one can tell from inside);
+* ``--phases``: no profiler: the process's CPU time cut at the callback's hooks into the sweep's
+  phases (start-up, ``on_multirun_start``, each job's ``on_job_start``, its task with the
+  training (``train_rerun``) apart, ``on_job_end``, what lies between two jobs: Hydra's
+  ``run_job`` around the hooks and the launcher's job config, ``on_multirun_end``), with the
+  garbage collector's CPU time and collections (generation 0, 1, 2) in each; the phases add up
+  to the process's CPU time from the start of this script.
 
 A time "a job" is the total over the sweep's jobs divided by their number: a function that does
 its work in the first job only (an import, a cache filled once) shows there as its one-off cost
 spread over the jobs; the ``calls`` column and ``--out FILE.prof`` (for ``pstats``) tell which.
 ``--compare A.prof B.prof`` prints two saved profiles side by side.
 
-Run: ``python bench/profile_sweep.py [--cpu | --timers] [--out FILE.prof] -- -m 'seed=range(12)' threads=1 progress=false``
+Run: ``python bench/profile_sweep.py [--cpu | --timers | --phases] [--out FILE.prof] -- -m 'seed=range(12)' threads=1 progress=false``
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import runpy
 import sys
@@ -121,6 +128,85 @@ def _timed_run(args: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _phases_run(args: list[str]) -> str:
+    import gc
+
+    from recipe_audit.app import callback
+    from recipe_audit.train import loop
+
+    collected = {"cpu": 0.0, "n": [0, 0, 0], "t0": 0.0}
+
+    def on_gc(phase, info):
+        if phase == "start":
+            collected["t0"] = time.process_time()
+        else:
+            collected["cpu"] += time.process_time() - collected["t0"]
+            collected["n"][info["generation"]] += 1
+
+    marks: list[tuple[str, float, float, tuple[int, ...]]] = []
+
+    def mark(what: str) -> None:
+        marks.append((what, time.process_time(), collected["cpu"], tuple(collected["n"])))
+
+    hooks = ("on_multirun_start", "on_job_start", "on_job_end", "on_multirun_end")
+    for name in hooks:
+        real = getattr(callback.RecipeAuditCallback, name)
+
+        def hook(self, *a, _real=real, _name=name, **k):
+            mark(f"{_name} starts")
+            try:
+                return _real(self, *a, **k)
+            finally:
+                mark(f"{_name} ends")
+
+        setattr(callback.RecipeAuditCallback, name, hook)
+    real_train = loop.train_rerun
+
+    def train(*a, **k):
+        mark("train_rerun starts")
+        try:
+            return real_train(*a, **k)
+        finally:
+            mark("train_rerun ends")
+
+    loop.train_rerun = train
+    gc.callbacks.append(on_gc)
+    mark("start")
+    try:
+        _run_app(args)
+    finally:
+        gc.callbacks.remove(on_gc)
+        mark("end")
+    names = {  # the span between two marks -> its phase
+        ("start", "on_multirun_start starts"): "start-up (Hydra, the app's config)",
+        ("on_multirun_start starts", "on_multirun_start ends"): "on_multirun_start (once)",
+        ("on_multirun_start ends", "on_job_start starts"): "between jobs (Hydra's run_job, job config)",
+        ("on_job_end ends", "on_job_start starts"): "between jobs (Hydra's run_job, job config)",
+        ("on_job_start starts", "on_job_start ends"): "on_job_start",
+        ("on_job_start ends", "train_rerun starts"): "the task before training",
+        ("train_rerun starts", "train_rerun ends"): "train_rerun: training and scoring",
+        ("train_rerun ends", "on_job_end starts"): "the task after training",
+        ("on_job_end starts", "on_job_end ends"): "on_job_end",
+        ("on_job_end ends", "on_multirun_end starts"): "between jobs (Hydra's run_job, job config)",
+        ("on_multirun_end starts", "on_multirun_end ends"): "on_multirun_end (once: the card)",
+        ("on_multirun_end ends", "end"): "after the sweep",
+    }
+    spans: dict[str, list] = {}
+    for (a, ca, ga, na), (b, cb, gb, nb) in itertools.pairwise(marks):
+        row = spans.setdefault(names.get((a, b), f"{a} -> {b}"), [0, 0.0, 0.0, [0, 0, 0]])
+        row[0] += 1
+        row[1] += cb - ca
+        row[2] += gb - ga
+        row[3] = [x + nb[i] - na[i] for i, x in enumerate(row[3])]
+    lines = ["| phase | times | CPU | of which gc | collections (gen 0, 1, 2) |", "|---|---|---|---|---|"]
+    for name, (n, cpu, gc_cpu, counts) in spans.items():
+        lines.append(f"| {name} | {n} | {cpu:,.3f} s | {gc_cpu:,.3f} s | {', '.join(map(str, counts))} |")
+    total = marks[-1][1] - marks[0][1]
+    lines.append(f"| all | | {total:,.3f} s | {marks[-1][2] - marks[0][2]:,.3f} s | "
+                 f"{', '.join(str(x - y) for x, y in zip(marks[-1][3], marks[0][3], strict=True))} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     argv = sys.argv[1:]
     app_args = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -129,6 +215,8 @@ def main() -> None:
     how = ap.add_mutually_exclusive_group()
     how.add_argument("--cpu", action="store_true", help="cProfile timed in CPU seconds")
     how.add_argument("--timers", action="store_true", help="no profiler: timers around the functions of the table")
+    how.add_argument("--phases", action="store_true",
+                     help="no profiler: the process's CPU time cut at the callback's hooks, with the gc's share")
     how.add_argument("--compare", nargs="+", metavar="FILE.prof", help="print saved profiles side by side")
     ap.add_argument("--out", help="save the profile here (pstats format)")
     opts = ap.parse_args(mine)
@@ -144,6 +232,8 @@ def main() -> None:
         ap.error("give the app's arguments after --, e.g. -- -m 'seed=range(12)' threads=1 progress=false")
     if opts.timers:
         out = _timed_run(app_args)
+    elif opts.phases:
+        out = _phases_run(app_args)
     else:
         import cProfile
         import pstats

@@ -78,3 +78,46 @@ def test_the_sweeps_threads_are_handed_on_and_put_back(monkeypatch):
     env.decide_threads(OmegaConf.create({}), 2, None)
     env.restore()
     assert threads.ENV not in os.environ
+
+
+def test_the_sweeps_start_runs_with_the_garbage_collector_paused_and_puts_it_back():
+    """The start of a sweep (MLflow's imports, the store) is collected once, by the start itself,
+    not by every automatic collection its imports trigger; the collector is as it was after it,
+    also when the start stops the process (one sentence, SystemExit) or raises."""
+    import gc
+
+    import pytest
+
+    from recipe_audit.app.callback import RecipeAuditCallback
+    from recipe_audit.app.process import collector_paused
+
+    seen = []
+
+    @collector_paused
+    def start(how):
+        seen.append(gc.isenabled())
+        if how == "stop":
+            raise SystemExit(2)
+        if how == "raise":
+            raise ValueError("bad")
+        return "started"
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        assert start("run") == "started"
+        assert gc.isenabled()
+        with pytest.raises(SystemExit):
+            start("stop")
+        assert gc.isenabled()
+        with pytest.raises(ValueError):
+            start("raise")
+        assert gc.isenabled()
+        gc.disable()  # a process that runs without the collector keeps it off
+        start("run")
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False, False, False, False]
+    # the callback's start is the paused one (AcceptanceSweepCallback's calls it)
+    assert RecipeAuditCallback.on_multirun_start.__wrapped__.__qualname__ == "RecipeAuditCallback.on_multirun_start"

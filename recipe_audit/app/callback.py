@@ -49,7 +49,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from recipe_audit.app import jobs, sweep_plan
 from recipe_audit.app.outcomes import Bars, OutcomeChannel, Progress
-from recipe_audit.app.process import one_line, quiet_interrupts, rank, stop
+from recipe_audit.app.process import collector_paused, one_line, quiet_interrupts, rank, stop
 from recipe_audit.app.seams import SweepEnv, hand_back, job_result, restore_left, sweep_tags
 from recipe_audit.app.sweep_end import JobsKind, abandon_sweep, end_sweep, recipe_cards
 from recipe_audit.app.sweep_plan import CallbackOptionError, option_name, planned_seeds
@@ -238,6 +238,7 @@ class RecipeAuditCallback(Callback):
 
     # -- the multirun ------------------------------------------------------------------------------
 
+    @collector_paused  # what the start builds lives as long as the sweep: collected once, at its end
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.errors import HydraException
 
@@ -298,7 +299,8 @@ class RecipeAuditCallback(Callback):
                  sweep.parent_run_id, mask_credentials(store.uri))
         # What is alive now (Hydra, MLflow, SQLAlchemy, the app's modules) lives as long as the sweep. Frozen out of
         # the garbage collector's reach, it is not walked again by every full collection the jobs trigger. Nothing
-        # of a job is alive yet, so nothing a job leaves behind is kept.
+        # of a job is alive yet, so nothing a job leaves behind is kept. This is the start's one collection: the
+        # collector is paused while the start runs (collector_paused).
         import gc
 
         gc.collect()

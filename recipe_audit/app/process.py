@@ -1,11 +1,17 @@
 """This process's place in a launch and how it stops: its rank under ``accelerate launch`` /
-``torchrun``, and one sentence on stderr with a non-zero exit."""
+``torchrun``, and one sentence on stderr with a non-zero exit; its garbage collector paused
+while a sweep starts."""
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 import sys
 from collections.abc import Callable
+from typing import TypeVar
+
+_F = TypeVar("_F", bound=Callable)
 
 
 def rank() -> int:
@@ -23,6 +29,26 @@ def stop(message: str, code: int = 2) -> None:
 
     print(f"recipe_audit: error: {mask_in_text(message)}", file=sys.stderr)
     sys.exit(code)
+
+
+def collector_paused(hook: _F) -> _F:
+    """``hook`` with Python's cyclic garbage collector paused while it runs, and as it was after it
+    (also when the hook raises or exits the process). For the start of a sweep, which imports
+    MLflow and SQLAlchemy and opens the store: what it builds lives as long as the sweep, so every
+    automatic collection meanwhile (five full ones under MLflow's imports) walks objects that are
+    not garbage; the start collects once itself before it freezes them (``gc.freeze``)."""
+
+    @functools.wraps(hook)
+    def paused(*args, **kwargs):
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return hook(*args, **kwargs)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    return paused  # type: ignore[return-value]
 
 
 def one_line(exc: BaseException) -> str:
