@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from recipe_audit import stats
+from recipe_audit.cards.document import AnytimeReading
 from recipe_audit.cards.model import CardError
-from recipe_audit.stats.anytime import ANYTIME_METHOD, ANYTIME_RULE, anytime_bound_at
+from recipe_audit.stats.anytime import ANYTIME_METHOD, ANYTIME_RULE
 from recipe_audit.stats.exact import shown_beside
 
 if TYPE_CHECKING:
@@ -51,32 +52,28 @@ def _reason(ab, extra: str) -> str:
     return core + extra
 
 
-def _looks(info: dict[str, Any], e: dict[str, Any], opts) -> list[dict[str, Any]]:
-    """The looks the sweep took, read at this entry's bar, ε and δ: at each look the failures among
-    the seeds launched so far (launch order), and the sequence's bounds and verdict there."""
+def look_groups(cell: Cell) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The looks an open-ended sweep took at its cell, for the confidence sequence's reading
+    (:func:`recipe_audit.stats.cell.cell_readings_at`): at each look, the seeds launched so far
+    (launch order) that are among the cell's reruns, each as the positions of its reruns in the
+    cell (a seed named twice is one group). Empty when the sweep recorded no looks."""
+    info = cell.extra.get(ANYTIME) or {}
     seeds, ns = info.get("launched_seeds") or [], info.get("look_ns") or []
     if not seeds or not ns:
-        return []
-    failed = {str(x) for x in e.get("failed_seeds") or []}
-    present = {str(r["seed"]) for r in e["reruns"]}
-    out = []
-    for n in ns:
-        first = [str(x) for x in seeds[:n] if str(x) in present]
-        if not first:
-            continue
-        k = sum(x in failed for x in first)
-        ab = anytime_bound_at(k, len(first), opts.eps, opts.delta)
-        out.append({"n": len(first), "k": k, "upper": ab.upper, "lower": ab.lower, "verdict": ab.verdict})
-    return out
+        return ()
+    where: dict[str, list[int]] = {}
+    for i, s in enumerate(cell.seeds):
+        where.setdefault(str(s), []).append(i)
+    return tuple(tuple(tuple(where[str(x)]) for x in seeds[:n] if str(x) in where) for n in ns)
 
 
-def apply_anytime(entries: list[dict[str, Any]], cells: Sequence[Cell], opts) -> None:
-    """Read the entries of open-ended sweeps (and every entry with ``opts.anytime``) with the
-    confidence sequence, in place. ``entries`` are in ``cells`` × ``opts.taus`` order."""
-    per_cell = len(opts.taus)
+def read_as_anytime(cells: Sequence[Cell], opts) -> bool:
+    """Whether the card reads its cells with the confidence sequence: every cell of an open-ended
+    sweep, or every cell with ``opts.anytime``. A card that would mix the two readings, or read a
+    curtailed sweep (which planned its N) as open-ended, refuses with one sentence."""
     marked = [bool(c.extra.get(ANYTIME)) for c in cells]
     if not opts.anytime and not any(marked):
-        return
+        return False
     for c in cells:
         if c.extra.get("curtailment"):
             raise CardError(f"The reruns of {c.label} come from a curtailing sweep that planned N = "
@@ -87,35 +84,24 @@ def apply_anytime(entries: list[dict[str, Any]], cells: Sequence[Cell], opts) ->
         raise CardError(f"This card would mix an open-ended (anytime) sweep with reruns read at a fixed N "
                         f"({plain.label}); pass --anytime to read every cell as open-ended, or card the sweeps "
                         "apart with --sweep-id.")
-    for i, c in enumerate(cells):
-        info = c.extra.get(ANYTIME) or {}
-        for e in entries[i * per_cell:(i + 1) * per_cell]:
-            if e["n_failures"] is None:  # refused-shift stays refused
-                e["reading"] = ANYTIME
-                continue
-            ab = anytime_bound_at(e["n_failures"], e["n_reruns"], opts.eps, opts.delta)
-            looks = _looks(info, e, opts) or [{"n": ab.n, "k": ab.k, "upper": ab.upper, "lower": ab.lower,
-                                               "verdict": ab.verdict}]
-            obj = {
-                "method": ANYTIME_METHOD, "rule": ANYTIME_RULE, "upper_bound": ab.upper,
-                "lower_bound": ab.lower, "sample_floor": ab.sample_floor, "verdict": ab.verdict,
-                "n_looks": len(looks), "looks": looks, "batch_size": info.get("batch_size"),
-                "max_reruns": info.get("max_reruns"), "stop_reason": info.get("stop_reason"),
-                "sweep_run_id": info.get("sweep_run_id"), "sweep_taus": info.get("sweep_taus"),
-                "fixed_n": {"upper_bound": e["upper_bound"], "lower_bound": e["lower_bound"],
-                            "sample_floor": e["sample_floor"], "verdict": e["verdict"]},
-            }
-            swept = (f" The sweep looked {len(looks)} time(s), in batches of {info.get('batch_size')}, up to "
-                     f"{info.get('max_reruns')} reruns" + (f", and stopped: {info['stop_reason']}." if
-                                                            info.get("stop_reason") else ".")) if info else ""
-            e.update({
-                "reading": ANYTIME, "anytime": obj, "pointwise": {**obj["fixed_n"], "more_clean_reruns_needed":
-                                                                 e.get("more_clean_reruns_needed"),
-                                                                 "reason": e.get("reason")}, "upper_bound": ab.upper, "lower_bound": ab.lower,
-                "sample_floor": ab.sample_floor, "verdict": ab.verdict, "more_clean_reruns_needed": None,
-                "reason": _reason(ab, swept),
-                "rules": {**e["rules"], "card": ab.verdict == stats.SUPPORTED},
-            })
+    return True
+
+
+def anytime_reading(cell: Cell, ab, looks, fixed_n: dict[str, Any]) -> tuple[AnytimeReading, str]:
+    """The ``anytime`` object of an entry of an open-ended cell (the sequence's bounds ``ab``, its
+    ``looks`` from :func:`~recipe_audit.stats.cell.cell_readings_at`, the sweep's record, and the
+    fixed-N reading ``fixed_n`` for comparison) and the entry's reason."""
+    info = cell.extra.get(ANYTIME) or {}
+    shown = [{"n": b.n, "k": b.k, "upper": b.upper, "lower": b.lower, "verdict": b.verdict} for b in looks or (ab,)]
+    obj = AnytimeReading.of(
+        method=ANYTIME_METHOD, rule=ANYTIME_RULE, upper_bound=ab.upper, lower_bound=ab.lower,
+        sample_floor=ab.sample_floor, verdict=ab.verdict, n_looks=len(shown), looks=shown,
+        batch_size=info.get("batch_size"), max_reruns=info.get("max_reruns"), stop_reason=info.get("stop_reason"),
+        sweep_run_id=info.get("sweep_run_id"), sweep_taus=info.get("sweep_taus"), fixed_n=fixed_n)
+    swept = (f" The sweep looked {len(shown)} time(s), in batches of {info.get('batch_size')}, up to "
+             f"{info.get('max_reruns')} reruns" + (f", and stopped: {info['stop_reason']}." if
+                                                    info.get("stop_reason") else ".")) if info else ""
+    return obj, _reason(ab, swept)
 
 
 def markdown_lines(doc: RecipeCard) -> list[str]:

@@ -15,16 +15,24 @@ from typing import Any
 import numpy as np
 
 from recipe_audit import stats
-from recipe_audit.cards.anytime import apply_anytime
+from recipe_audit.cards.anytime import ANYTIME, anytime_reading, look_groups, read_as_anytime
 from recipe_audit.cards.band import band_fields
-from recipe_audit.cards.curtail import curtailed_fields
-from recipe_audit.cards.digest import seal
-from recipe_audit.cards.document import RecipeCard
-from recipe_audit.cards.family import apply_family
+from recipe_audit.cards.curtail import curtailed_reason, curtailed_stop_on, curtailment_section
+from recipe_audit.cards.document import (
+    Band,
+    CardEntry,
+    Duplicate,
+    FrozenMap,
+    RecipeCard,
+    Rerun,
+    RuleStatistics,
+    UnfinishedRerun,
+)
+from recipe_audit.cards.family import LEAD_KEYS, family_lead, family_places, family_reading
 from recipe_audit.cards.jsontext import json_number
-from recipe_audit.cards.model import CARD_KIND, SCHEMA_VERSION, CardError, CardOptions, Cell
+from recipe_audit.cards.model import CARD_KIND, SCHEMA_VERSION, CardError, CardOptions, Cell, group_json
 from recipe_audit.stats.array_checks import make_rng
-from recipe_audit.stats.cell import CellStatistics, cell_statistics_at
+from recipe_audit.stats.cell import CellReadings, cell_readings_at, failure_counts_at
 from recipe_audit.stats.exact import shown_beside
 from recipe_audit.stats.floors import floor_of
 
@@ -33,43 +41,22 @@ def _seed_json(s: Any) -> Any:
     return int(s) if isinstance(s, (int, np.integer)) else s
 
 
-def _duplicate_json(d, tau: float) -> dict[str, Any]:
+def _duplicate(d, tau: float) -> Duplicate:
     """A re-run seed (``reruns.Duplicate``) on the card at ``tau``: its runs, which of them are
     results, the run the seed counts and its value, what that makes the seed at ``tau``, and
     whether its results disagree about the bar (then the seed counts as failing)."""
-    return {"seed": _seed_json(d.seed), "run_ids": list(d.run_ids), "values": [json_number(v) for v in d.values],
-            "results": list(d.results), "decided_by": d.decided_by, "counted_value": json_number(d.counted_value),
-            "counted_as": d.counts_as(tau), "disagree": bool(d.disagrees(tau)),
-            "nondeterministic": bool(d.nondeterministic)}
+    return Duplicate.of(seed=_seed_json(d.seed), run_ids=tuple(d.run_ids),
+                        values=tuple(json_number(v) for v in d.values), results=tuple(d.results),
+                        decided_by=d.decided_by, counted_value=json_number(d.counted_value),
+                        counted_as=d.counts_as(tau), disagree=bool(d.disagrees(tau)),
+                        nondeterministic=bool(d.nondeterministic))
 
 
-def cell_entries(cell: Cell, opts: CardOptions) -> list[dict[str, Any]]:
-    """The entries of one cell in the document's ``cells`` list, one per τ of ``opts``. Their
-    statistics come from one call of :func:`~recipe_audit.stats.cell.cell_statistics_at` (the
-    bounds, the rules and the band at every τ); a cell refused for its audit set has none."""
-    if cell.shift_refusal is not None:
-        floor = floor_of(opts.eps, opts.delta)
-        return [{**_entry_base(cell, tau, opts),
-                 "n_failures": None, "n_unfinished": len(cell.unfinished), **_never_ran_field(cell),
-                 "failed_seeds": [],
-                 "upper_bound": None, "lower_bound": None, "sample_floor": floor,
-                 "more_clean_reruns_needed": None, "verdict": stats.REFUSED_SHIFT,
-                 "reason": cell.shift_refusal,
-                 "rules": {r: False for r in stats.RULES}, "rule_statistics": None} for tau in opts.taus]
-    info = cell.extra.get("curtailment")
-    # a curtailed cell's band is taken at the planned N, the unlaunched reruns counted as failures
-    extra = max(0, int(info["n_planned"]) - cell.n) if info else 0
-    # the options were checked at the door (CardOptions), the reruns' values are floats (Cell): the
-    # statistics take them as they are
-    cs = cell_statistics_at(cell.values, opts.taus, opts.eps, opts.delta, opts.higher_is_better, opts.bootstrap_B,
-                            make_rng(np.random.default_rng(opts.bootstrap_seed)), opts.band_method, extra)
-    return [_entry(cell, tau, opts, cs, i) for i, tau in enumerate(opts.taus)]
-
-
-def _entry_base(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
-    """What an entry says of its cell and τ before any statistic."""
+def _base(cell: Cell, tau: float, opts: CardOptions, n_failures: int | None) -> dict[str, Any]:
+    """What an entry says of its cell and τ, up to its failures ``n_failures`` (its first fields,
+    typed)."""
     return {
-        "group": {k: (None if v is None else str(v)) for k, v in cell.group.items()},
+        "group": FrozenMap(group_json(cell)),
         "label": cell.label,
         "recipe_id": cell.recipe_id,
         "recipe_summary": cell.recipe_summary,
@@ -80,48 +67,120 @@ def _entry_base(cell: Cell, tau: float, opts: CardOptions) -> dict[str, Any]:
         "eps": opts.eps,
         "delta": opts.delta,
         "n_reruns": cell.n,
-        "planned_seeds": [_seed_json(s) for s in cell.planned_seeds],
-        "unfinished": [{"seed": _seed_json(s), "reason": r, "run_id": rid} for s, r, rid in cell.unfinished],
-        "duplicates": [_duplicate_json(d, tau) for d in cell.duplicates],
+        "planned_seeds": tuple(_seed_json(s) for s in cell.planned_seeds),
+        "unfinished": tuple(UnfinishedRerun(_seed_json(s), r, rid) for s, r, rid in cell.unfinished),
+        "duplicates": tuple(_duplicate(d, tau) for d in cell.duplicates),
         "nondeterministic": bool(cell.disagreeing_duplicates),
-        "sweep_run_ids": list(cell.sweep_run_ids),
-        "reruns": [{"seed": _seed_json(s), "run_id": rid, "value": json_number(v), "status": st}
-                   for s, v, rid, st in zip(cell.seeds, cell.values.tolist(), cell.run_ids, cell.statuses,
-                                            strict=True)],
+        "sweep_run_ids": tuple(cell.sweep_run_ids),
+        "reruns": tuple(Rerun(_seed_json(s), rid, json_number(v), st)
+                        for s, v, rid, st in zip(cell.seeds, cell.values.tolist(), cell.run_ids, cell.statuses,
+                                                 strict=True)),
         "digest": cell.digest,
+        "n_failures": n_failures,
+        "n_unfinished": len(cell.unfinished),
+        **_never_ran_field(cell),
     }
 
 
-def _entry(cell: Cell, tau: float, opts: CardOptions, cs: CellStatistics, i: int) -> dict[str, Any]:
-    """The entry of ``cell`` at ``tau``, the ``i``-th bar of its statistics ``cs``."""
-    base = _entry_base(cell, tau, opts)
+def _refused_entries(cell: Cell, opts: CardOptions, anytime: bool, places) -> list[CardEntry]:
+    """The entries of a cell refused for its audit set: no statistics, the refusal as the reason."""
+    floor = floor_of(opts.eps, opts.delta)
+    out = []
+    for tau, place in zip(opts.taus, places, strict=True):
+        fam = {"family": family_reading(place[0], stats.REFUSED_SHIFT)} if place else {}
+        out.append(CardEntry.of(
+            **_base(cell, tau, opts, None), failed_seeds=(), upper_bound=None, lower_bound=None, sample_floor=floor,
+            more_clean_reruns_needed=None, verdict=stats.REFUSED_SHIFT, reason=cell.shift_refusal,
+            rules=FrozenMap({r: False for r in stats.RULES}), rule_statistics=None,
+            **({"reading": ANYTIME} if anytime else {}), **fam))
+    return out
+
+
+def _family_counts(cell: Cell, opts: CardOptions) -> tuple[tuple[int, int], ...] | None:
+    """The cell's (failures, reruns) at each τ for its family's test: at the planned N for a
+    curtailed cell (its unlaunched reruns counted as failing); None for a refused cell."""
+    if cell.shift_refusal is not None:
+        return None
+    r = _unlaunched(cell) if curtailed_stop_on(cell) is not None else 0
+    ks = failure_counts_at(cell.values, opts.taus, opts.higher_is_better)
+    return tuple((k + r, cell.n + r) for k in ks)
+
+
+def _unlaunched(cell: Cell) -> int:
+    """A curtailed cell's reruns planned but never launched (0 for any other cell): its band, and
+    its verdict at the planned N, count them as failures."""
+    info = cell.extra.get("curtailment")
+    return max(0, int(info["n_planned"]) - cell.n) if info else 0
+
+
+def cell_entries(cell: Cell, opts: CardOptions, anytime: bool = False, places=None) -> list[CardEntry]:
+    """The entries of one cell in the card's ``cells``, one per τ of ``opts``, built typed. Every
+    reading of the cell (pointwise, at the planned N of a curtailed sweep, the confidence sequence
+    when ``anytime``, family-wise at each τ with a family in ``places``: :func:`~.family.family_places`)
+    comes from one call of :func:`~recipe_audit.stats.cell.cell_readings_at`; a cell refused for its
+    audit set has none."""
+    places = places or [None] * len(opts.taus)
+    if cell.shift_refusal is not None:
+        return _refused_entries(cell, opts, anytime, places)
+    # the options were checked at the door (CardOptions), the reruns' values are floats (Cell): the
+    # statistics take them as they are
+    readings = cell_readings_at(cell.values, opts.taus, opts.eps, opts.delta, opts.higher_is_better,
+                                opts.bootstrap_B, make_rng(np.random.default_rng(opts.bootstrap_seed)),
+                                opts.band_method, _unlaunched(cell), curtail_stop_on=curtailed_stop_on(cell),
+                                anytime=anytime, looks=look_groups(cell) if anytime else (),
+                                family=tuple(p and p[1] for p in places))
+    return [_entry(cell, tau, opts, readings, i, places[i]) for i, tau in enumerate(opts.taus)]
+
+
+def _entry(cell: Cell, tau: float, opts: CardOptions, rd: CellReadings, i: int, place) -> CardEntry:
+    """The entry of ``cell`` at ``tau``, the ``i``-th bar of its readings ``rd``; ``place``: its
+    family and seat (None: no family)."""
+    cs = rd.statistics
     failed, bound, rules = cs.failed[i], cs.bounds[i], cs.rules[i]
     k, ships = bound.k, rules.ships
-    base.update({
-        "n_failures": k,
-        "n_unfinished": len(cell.unfinished),
-        **_never_ran_field(cell),
-        "failed_seeds": [_seed_json(s) for s, f in zip(cell.seeds, failed, strict=True) if f],
-        "upper_bound": bound.upper,
-        "lower_bound": bound.lower,
-        "sample_floor": bound.sample_floor,
-        "more_clean_reruns_needed": bound.more_clean_reruns_needed,
-        "verdict": bound.verdict,
-        "reason": _reason(bound, cell, opts),
-        "rules": {r: bool(ships[r]) for r in stats.RULES},
-        "rule_statistics": {
-            "mean": json_number(rules.mean), "median": json_number(rules.median), "sd": json_number(rules.sd),
-            "bootstrap_limit": json_number(rules.bootstrap_limit), "two_sd_limit": json_number(rules.two_sd_limit),
-            "bootstrap_percentile": rules.bootstrap_percentile, "bootstrap_B": rules.B,
-            "bootstrap_seed": opts.bootstrap_seed, "n_finished": rules.n_finished,
-            "n_ignored_by_practice_rules": rules.n_ignored,
-        },
-    })
-
-    if cell.extra.get("curtailment"):  # the verdict at the planned N of a curtailed sweep
-        base.update(curtailed_fields(cell, k, tau, opts, base["rules"]))
-    base["band"] = band_fields(cs.band, i)  # the bound valid for every τ at once
-    return base
+    # the entry's own reading: the pointwise one, or a curtailed sweep's at the planned N
+    own = {"upper_bound": bound.upper, "lower_bound": bound.lower, "sample_floor": bound.sample_floor,
+           "more_clean_reruns_needed": bound.more_clean_reruns_needed, "verdict": bound.verdict,
+           "reason": _reason(bound, cell, opts)}
+    st = rd.curtailed[i]
+    if st is not None and st.remaining:  # stopped early: the verdict and bounds at the planned N
+        own = {**own, "upper_bound": st.upper, "lower_bound": st.lower, "verdict": st.verdict,
+               "reason": curtailed_reason(st), "more_clean_reruns_needed": None}
+    curtailment = {} if st is None else {"curtailment": curtailment_section(cell, st)}
+    lead, pointwise, anytime, family = own, None, {}, {}
+    ab = rd.anytime[i]
+    if ab is not None:  # an open-ended sweep: the confidence sequence leads
+        fixed_n = {key: own[key] for key in ("upper_bound", "lower_bound", "sample_floor", "verdict")}
+        obj, reason = anytime_reading(cell, ab, rd.looks[i], fixed_n)
+        pointwise = {**fixed_n, "more_clean_reruns_needed": own["more_clean_reruns_needed"], "reason": own["reason"]}
+        lead = {"upper_bound": ab.upper, "lower_bound": ab.lower, "sample_floor": ab.sample_floor,
+                "verdict": ab.verdict, "more_clean_reruns_needed": None, "reason": reason}
+        anytime = {"reading": ANYTIME, "anytime": obj, "pointwise": pointwise}
+    if place is not None:
+        fam = family_reading(place[0], lead["verdict"], rd.family[i], rd.family_anytime[i])
+        family = {"family": fam}
+        if opts.family_size is not None:  # asked for: the family-wise reading leads
+            lead = family_lead(fam, pointwise or {key: lead[key] for key in LEAD_KEYS}, k, cell.n,
+                               rd.family_upper[i], opts.eps)
+            # the entry's own reading moves under ``pointwise`` (an anytime entry has it already)
+            family = {"family": fam, **({} if anytime else {"pointwise": {key: own[key] for key in LEAD_KEYS}})}
+    return CardEntry.of(
+        **_base(cell, tau, opts, k),
+        failed_seeds=tuple(_seed_json(s) for s, f in zip(cell.seeds, failed, strict=True) if f),
+        upper_bound=lead["upper_bound"], lower_bound=lead["lower_bound"], sample_floor=lead["sample_floor"],
+        more_clean_reruns_needed=lead["more_clean_reruns_needed"], verdict=lead["verdict"], reason=lead["reason"],
+        rules=FrozenMap({**{r: bool(ships[r]) for r in stats.RULES}, "card": lead["verdict"] == stats.SUPPORTED}),
+        rule_statistics=RuleStatistics.of(
+            mean=json_number(rules.mean), median=json_number(rules.median), sd=json_number(rules.sd),
+            bootstrap_limit=json_number(rules.bootstrap_limit), two_sd_limit=json_number(rules.two_sd_limit),
+            bootstrap_percentile=rules.bootstrap_percentile, bootstrap_B=rules.B,
+            bootstrap_seed=opts.bootstrap_seed, n_finished=rules.n_finished,
+            n_ignored_by_practice_rules=rules.n_ignored),
+        **curtailment,
+        band=Band.of(**band_fields(cs.band, i)),  # the bound valid for every τ at once
+        **anytime,
+        **family,
+    )
 
 
 def _u(x: float, eps: float, above: bool) -> str:
@@ -182,9 +241,8 @@ def software_versions(packages: Sequence[str] = RECIPE_CARD_PACKAGES) -> dict[st
 
 def build_card(cells: Sequence[Cell], opts: CardOptions, source: dict[str, Any]) -> RecipeCard:
     """The recipe card for ``cells`` × ``opts.taus``. Unfinished reruns refuse the card when
-    ``opts.unfinished == "refuse"`` (raises ``CardError`` naming them). The entries are assembled
-    as JSON objects (the readings of :mod:`~recipe_audit.cards.anytime`, :mod:`~recipe_audit.cards.family`
-    and :mod:`~recipe_audit.cards.curtail` complete them in place), then sealed and typed."""
+    ``opts.unfinished == "refuse"`` (raises ``CardError`` naming them). The entries are built typed,
+    each cell's from one stats call (:func:`cell_entries`), then the card is sealed."""
     if not cells:
         raise CardError("There are no reruns to compute a card from.")
     if opts.unfinished == "refuse":
@@ -193,25 +251,25 @@ def build_card(cells: Sequence[Cell], opts: CardOptions, source: dict[str, Any])
             shown = ", ".join(f"seed {u[0]} ({u[1]})" for _, u in pending[:6])
             raise CardError(f"The card refuses: {len(pending)} rerun(s) are unfinished: {shown}"
                             f"{' ...' if len(pending) > 6 else ''}.")
-    entries = [e for c in cells for e in cell_entries(c, opts)]
-
-    apply_anytime(entries, cells, opts)  # an open-ended sweep's cells: the confidence sequence
-    apply_family(entries, opts.eps, opts.delta, source.get("family_recipe_ids") or (), opts.family_size)
-    doc = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": CARD_KIND,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "software": software_versions(),
-        "source": source,
-        "options": {"taus": [float(t) for t in opts.taus], "eps": opts.eps, "delta": opts.delta,
-                    "higher_is_better": opts.higher_is_better, "unfinished": opts.unfinished,
-                    "bootstrap_B": opts.bootstrap_B, "bootstrap_seed": opts.bootstrap_seed,
-                    "band_method": opts.band_method,
-                    **({"family_size": opts.family_size} if opts.family_size is not None else {}),
-                    **({"anytime": True} if opts.anytime else {})},
-        "cells": entries,
-    }
-    return RecipeCard.from_json(seal(doc))
+    anytime = read_as_anytime(cells, opts)  # an open-ended sweep's cells: the confidence sequence
+    places = family_places(cells, opts.taus, [_family_counts(c, opts) for c in cells], opts.eps, opts.delta,
+                           source.get("family_recipe_ids") or (), opts.family_size)
+    entries = tuple(e for c, p in zip(cells, places, strict=True) for e in cell_entries(c, opts, anytime, p))
+    card = RecipeCard.of(
+        schema_version=SCHEMA_VERSION,
+        kind=CARD_KIND,
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        software=software_versions(),
+        source=source,
+        options={"taus": [float(t) for t in opts.taus], "eps": opts.eps, "delta": opts.delta,
+                 "higher_is_better": opts.higher_is_better, "unfinished": opts.unfinished,
+                 "bootstrap_B": opts.bootstrap_B, "bootstrap_seed": opts.bootstrap_seed,
+                 "band_method": opts.band_method,
+                 **({"family_size": opts.family_size} if opts.family_size is not None else {}),
+                 **({"anytime": True} if opts.anytime else {})},
+        cells=entries,
+    )
+    return card.sealed()
 
 
 def summarise_recipe(params: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from recipe_audit import stats
+from recipe_audit.cards.document import Curtailment
 
 if TYPE_CHECKING:
     from recipe_audit.cards.model import Cell
@@ -138,36 +139,38 @@ def apply_curtailment(cells: Sequence[Cell], records: dict[str, dict[str, Any]])
     return out
 
 
-def curtailed_fields(cell: Cell, k: int, tau: float, opts, rules: dict[str, bool]) -> dict[str, Any]:
-    """Entry fields for a curtailed cell at ``tau``: the verdict and bounds at the planned N, and the
-    ``curtailment`` object (they replace the ordinary card's, which would be the card at m)."""
+def curtailed_stop_on(cell: Cell) -> str | None:
+    """The stopping rule a curtailed cell's verdict at the planned N is read with
+    (:func:`recipe_audit.stats.cell.cell_readings_at`); None for a cell read as usual (not
+    curtailed, or more reruns launched than planned, or none)."""
+    info = cell.extra.get("curtailment")
+    if not info or cell.n > info["n_planned"] or cell.n < 1:
+        return None
+    return info["stop_on"] if info["stop_on"] in stats.STOP_ON else "decision"
+
+
+def curtailment_section(cell: Cell, st: stats.CurtailState) -> Curtailment:
+    """The ``curtailment`` object of a curtailed cell's entry: the plan, where the sweep stopped and
+    what its state ``st`` at the entry's τ leaves possible at the planned N."""
     info = cell.extra["curtailment"]
-    n_planned, m = info["n_planned"], cell.n
-    stop_on = info["stop_on"] if info["stop_on"] in stats.STOP_ON else "decision"
-    if m > n_planned or m < 1:
-        return {}
-    st = stats.curtail_state(k, m, n_planned, opts.eps, opts.delta, stop_on)
-    r = n_planned - m
-    obj = {
-        "n_planned": n_planned, "n_launched": m, "remaining": r, "stopped_early": r > 0,
-        "stop_on": stop_on, "batch_size": info.get("batch_size"), "sweep_run_id": info["sweep_run_id"],
-        "sweep_reason": info["sweep_reason"], "sweep_audit_set": info["sweep_audit_set"],
-        "sweep_taus": info["sweep_taus"], "sweep_eps": info["sweep_eps"], "sweep_delta": info["sweep_delta"],
-        "k_range_at_n": list(st.k_range_at_n), "possible_verdicts": list(st.possible_verdicts),
-        "verdict_determined": st.verdict_determined, "decision_determined": st.decision_determined,
-        "upper_if_rest_pass": st.upper_if_rest_pass, "explanation": curtail_reason(st),
-    }
-    if r == 0:
-        return {"curtailment": obj}
+    return Curtailment.of(
+        n_planned=st.n_planned, n_launched=st.m, remaining=st.remaining, stopped_early=st.remaining > 0,
+        stop_on=st.stop_on, batch_size=info.get("batch_size"), sweep_run_id=info["sweep_run_id"],
+        sweep_reason=info["sweep_reason"], sweep_audit_set=info["sweep_audit_set"],
+        sweep_taus=info["sweep_taus"], sweep_eps=info["sweep_eps"], sweep_delta=info["sweep_delta"],
+        k_range_at_n=list(st.k_range_at_n), possible_verdicts=list(st.possible_verdicts),
+        verdict_determined=st.verdict_determined, decision_determined=st.decision_determined,
+        upper_if_rest_pass=st.upper_if_rest_pass, explanation=curtail_reason(st))
+
+
+def curtailed_reason(st: stats.CurtailState) -> str:
+    """The reason of a curtailed entry whose sweep stopped early (``st.remaining > 0``): its verdict
+    and bounds are those at the planned N (they replace the ordinary card's, which would be the
+    card at the reruns launched)."""
     settled = ("the verdict at N is settled" if st.verdict_determined else
                "the release decision at N is settled" if st.decision_determined else
                "the verdict at N is NOT settled at this τ (the sweep stopped on another bar, ε or δ)")
-    reason = (f"Curtailed sweep: {m} of {n_planned} planned reruns launched, {k} failed; {settled}. "
-              f"Bounds at N = {n_planned} with the {r} unlaunched reruns counted as failing: "
-              f"U = {st.upper:.3f} (it would be {st.upper_if_rest_pass:.3f} if they all passed), "
-              f"L = {st.lower:.3f}.")
-    return {
-        "upper_bound": st.upper, "lower_bound": st.lower, "verdict": st.verdict, "reason": reason,
-        "more_clean_reruns_needed": None, "rules": {**rules, "card": st.verdict == stats.SUPPORTED},
-        "curtailment": obj,
-    }
+    return (f"Curtailed sweep: {st.m} of {st.n_planned} planned reruns launched, {st.k} failed; {settled}. "
+            f"Bounds at N = {st.n_planned} with the {st.remaining} unlaunched reruns counted as failing: "
+            f"U = {st.upper:.3f} (it would be {st.upper_if_rest_pass:.3f} if they all passed), "
+            f"L = {st.lower:.3f}.")

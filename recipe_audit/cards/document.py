@@ -171,6 +171,16 @@ class Record:
                 kw[k] = load(v)
         return cls(**kw, key_order=tuple(doc), extra=FrozenMap(extra) if extra else EMPTY)
 
+    @classmethod
+    def of(cls, **fields_: Any):
+        """The record with ``fields_``, its JSON in their order: how a card builds its records
+        directly. A value is given typed (a record, a tuple) or as plain JSON (frozen here); a name
+        the type does not declare is kept in ``extra``."""
+        names, loaders, _ = cls._codec()
+        own = {k: loaders[k](v) if isinstance(v, (dict, list)) else v for k, v in fields_.items() if k in names}
+        extra = {k: freeze(v) for k, v in fields_.items() if k not in names}
+        return cls(**own, key_order=tuple(fields_), extra=FrozenMap(extra) if extra else EMPTY)
+
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the record: plain dicts, lists, strings, numbers, booleans and None."""
         names, _, dumpers = self._codec()

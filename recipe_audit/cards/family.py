@@ -18,36 +18,29 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from recipe_audit.cards.model import CardError
+from recipe_audit.cards.document import FamilyReading
+from recipe_audit.cards.model import CardError, group_json
 from recipe_audit.stats import checks, exact, floors
-from recipe_audit.stats.anytime import anytime_bound_at
-from recipe_audit.stats.family import BONFERRONI, HOLM, family_bounds_at
+from recipe_audit.stats.family import BONFERRONI, HOLM, FamilyMember, FamilySeat, family_seats_at
 
 if TYPE_CHECKING:
     from recipe_audit.cards.document import RecipeCard
+    from recipe_audit.cards.model import Cell
+    from recipe_audit.stats.anytime import AnytimeBound
 
 
 class FamilyError(CardError):
     """A family that cannot be read (one sentence)."""
 
 
-def _identity(e: dict[str, Any]) -> str:
+def _identity(cell: Cell) -> str:
     """A recipe identity on the card: its recipe id, with the group values when there are any."""
-    group = ",".join(f"{k}={v}" for k, v in sorted((e.get("group") or {}).items()))
-    rid = e.get("recipe_id") or ""
-    return f"{rid}|{group}" if group else (rid or e.get("label") or "")
-
-
-def _counts(e: dict[str, Any]) -> tuple[int, int, int] | None:
-    """(k for the upper side, k for the lower side, N) of an entry; None for a refused cell."""
-    if e.get("n_failures") is None:
-        return None
-    cur = e.get("curtailment") or {}
-    if cur.get("n_planned"):  # the verdict at the planned N, the unlaunched counted as failing for U
-        return int(e["n_failures"]) + int(cur.get("remaining", 0)), int(e["n_failures"]), int(cur["n_planned"])
-    return int(e["n_failures"]), int(e["n_failures"]), int(e["n_reruns"])
+    group = ",".join(f"{k}={v}" for k, v in sorted(group_json(cell).items()))
+    rid = cell.recipe_id or ""
+    return f"{rid}|{group}" if group else (rid or cell.label or "")
 
 
 def family_why(size: int, delta: float) -> str:
@@ -58,19 +51,37 @@ def family_why(size: int, delta: float) -> str:
             f"before the sweep.")
 
 
-def apply_family(entries: list[dict[str, Any]], eps: float, delta: float,
-                 other_identities: Sequence[str] = (), family_size: int | None = None) -> int:
-    """Add the ``family`` object to every entry whose (audit set, τ) covers more than one recipe
-    identity (in place); returns the largest M. ``other_identities``: recipe identities looked at
-    that have no cell on the card (they count in M); ``family_size``: an M the user states (at
-    least the identities counted)."""
-    groups: OrderedDict[tuple, list[dict[str, Any]]] = OrderedDict()
-    for e in entries:
-        groups.setdefault((e["audit_set"] or e["metric"], float(e["tau"])), []).append(e)
-    largest = 1
+@dataclass(frozen=True)
+class FamilyPlace:
+    """What the ``family`` object of every entry of one family (audit set, τ) shares: its size M,
+    δ/M, the family-wise floor, the members' labels and recipe ids, how many have no reading."""
+
+    size: int
+    delta: float
+    sample_floor: int
+    members: tuple[str, ...]
+    recipe_ids: tuple[str | None, ...]
+    untested: int
+    why: str
+
+
+def family_places(cells: Sequence[Cell], taus: Sequence[float], counts: Sequence[Sequence[tuple[int, int]] | None],
+                  eps: float, delta: float, other_identities: Sequence[str] = (),
+                  family_size: int | None = None) -> list[list[tuple[FamilyPlace, FamilySeat | None] | None]]:
+    """The family of each entry (cell × τ, in card order) whose (audit set, τ) covers more than one
+    recipe identity, with the entry's seat in the family's test (None for a refused cell); None for
+    an entry without a family. ``counts``: per cell, its (failures, reruns) at each τ for the test
+    (a curtailed cell's at the planned N, the unlaunched counted as failing), None for a refused
+    cell. ``other_identities``: recipe identities looked at that have no cell on the card (they
+    count in M); ``family_size``: an M the user states (at least the identities counted)."""
+    out: list[list[Any]] = [[None] * len(taus) for _ in cells]
+    groups: OrderedDict[tuple, list[tuple[int, int]]] = OrderedDict()
+    for ci, c in enumerate(cells):
+        for ti, tau in enumerate(taus):
+            groups.setdefault((c.audit_set or c.metric, float(tau)), []).append((ci, ti))
     for (audit, tau), group in groups.items():
-        members = list(dict.fromkeys(_identity(e) for e in group))
-        ids_here = {e.get("recipe_id") for e in group}
+        members = list(dict.fromkeys(_identity(cells[ci]) for ci, _ in group))
+        ids_here = {cells[ci].recipe_id for ci, _ in group}
         extra = [x for x in dict.fromkeys(other_identities) if x not in ids_here]
         m = len(members) + len(extra)
         if family_size is not None:
@@ -80,49 +91,38 @@ def apply_family(entries: list[dict[str, Any]], eps: float, delta: float,
             m = family_size
         if m <= 1:
             continue
-        largest = max(largest, m)
-        counted = [(e, _counts(e)) for e in group]
-        tested = [(e, c) for e, c in counted if c is not None]
-        card = family_bounds_at([(c[0], c[2]) for _, c in tested], eps, delta, m, HOLM) if tested else None
-        labels = [e["label"] for e in group] + [f"recipe {x[:8]}" for x in extra]
-        by_entry = {id(e): mem for (e, _), mem in zip(tested, card.members if card else (), strict=True)}
+        tested = [(ci, ti) for ci, ti in group if counts[ci] is not None]
+        seats = family_seats_at([counts[ci][ti] for ci, ti in tested], eps, delta, m, HOLM) if tested else ()
         fd = checks.scaled(delta, m)  # δ/M as the exact number it stands for (its floor's ties are ties)
-        floor = floors.floor_of(eps, fd)
-        for e, c in counted:
-            mem = by_entry.get(id(e))
-            obj: dict[str, Any] = {
-                "size": m, "method": HOLM, "delta": fd, "members": labels,
-                "recipe_ids": [x.get("recipe_id") for x in group] + list(extra),
-                "untested": m - len(tested), "sample_floor": floor,
-                "pointwise_verdict": e["verdict"], "why": family_why(m, delta),
-            }
-            if mem is None:  # a refused cell stays refused
-                obj.update({"upper_bound": None, "lower_bound": None, "level": None, "p_value": None,
-                            "rank": None, "verdict": e["verdict"], "more_clean_reruns_needed": None})
-            else:
-                verdict = mem.verdict
-                lower = mem.lower
-                if c[1] != c[0]:  # curtailed: L from the failures seen, at the planned N
-                    lower = exact.lower_at(c[1], c[2], fd)
-                    if verdict == exact.STRONG_UNSUPPORTED and not lower > eps:
-                        verdict = exact.UNSUPPORTED if c[2] >= floor else exact.INSUFFICIENT
-                    elif lower > eps:
-                        verdict = exact.STRONG_UNSUPPORTED
-                obj.update({"upper_bound": mem.upper, "lower_bound": lower, "level": mem.level,
-                            "p_value": mem.p_value, "rank": mem.rank, "verdict": verdict,
-                            "more_clean_reruns_needed": mem.more_clean_reruns_needed})
-                if mem.upper_level != mem.family_delta:  # certified by Holm at its own level only
-                    obj["upper_bound_level"] = mem.upper_level
-            if mem is not None and e.get("reading") == "anytime":  # an open-ended sweep: the sequence at δ/M
-                obj.pop("upper_bound_level", None)
-                ab = anytime_bound_at(c[1], c[2], eps, fd)
-                obj.update({"method": BONFERRONI, "level": fd, "p_value": None, "rank": None,
-                            "upper_bound": ab.upper, "lower_bound": ab.lower, "sample_floor": ab.sample_floor,
-                            "verdict": ab.verdict, "more_clean_reruns_needed": None})
-            e["family"] = obj
-            if family_size is not None and mem is not None:  # asked for: the family-wise reading leads
-                lead_family(e, obj, eps)
-    return largest
+        place = FamilyPlace(size=m, delta=fd, sample_floor=floors.floor_of(eps, fd),
+                            members=tuple([cells[ci].label for ci, _ in group] + [f"recipe {x[:8]}" for x in extra]),
+                            recipe_ids=tuple([cells[ci].recipe_id for ci, _ in group] + list(extra)),
+                            untested=m - len(tested), why=family_why(m, delta))
+        seat_of = dict(zip(tested, seats, strict=True))
+        for ci, ti in group:
+            out[ci][ti] = (place, seat_of.get((ci, ti)))
+    return out
+
+
+def family_reading(place: FamilyPlace, pointwise_verdict: str, mem: FamilyMember | None = None,
+                   ab: AnytimeBound | None = None) -> FamilyReading:
+    """The ``family`` object of an entry: its family's ``place``, the verdict the entry states
+    without the family, and its reading as a member (``mem``; None: a refused cell stays refused)
+    or, read as open-ended, the confidence sequence at δ/M (``ab``)."""
+    head = {"size": place.size, "method": HOLM, "delta": place.delta, "members": place.members,
+            "recipe_ids": place.recipe_ids, "untested": place.untested, "sample_floor": place.sample_floor,
+            "pointwise_verdict": pointwise_verdict, "why": place.why}
+    if mem is None:
+        return FamilyReading.of(**head, upper_bound=None, lower_bound=None, level=None, p_value=None, rank=None,
+                                verdict=pointwise_verdict, more_clean_reruns_needed=None)
+    if ab is not None:  # an open-ended sweep: the sequence at δ/M (Bonferroni)
+        return FamilyReading.of(**{**head, "method": BONFERRONI, "sample_floor": ab.sample_floor},
+                                upper_bound=ab.upper, lower_bound=ab.lower, level=place.delta, p_value=None,
+                                rank=None, verdict=ab.verdict, more_clean_reruns_needed=None)
+    at = {"upper_bound_level": mem.upper_level} if mem.upper_level != mem.family_delta else {}
+    return FamilyReading.of(**head, upper_bound=mem.upper, lower_bound=mem.lower, level=mem.level,
+                            p_value=mem.p_value, rank=mem.rank, verdict=mem.verdict,
+                            more_clean_reruns_needed=mem.more_clean_reruns_needed, **at)
 
 
 #: The values of an entry that the reading asked for (family-wise, anytime) takes over; the
@@ -137,28 +137,24 @@ def own_reading(e: Any) -> Any:
     return e["pointwise"] if e.get("family") and e.get("pointwise") else e
 
 
-def pointwise_of(e: dict[str, Any]) -> dict[str, Any]:
-    """The entry's own (pointwise, fixed-N) reading, before another one leads."""
-    return e.get("pointwise") or {k: e.get(k) for k in LEAD_KEYS}
-
-
-def lead_family(e: dict[str, Any], fam: dict[str, Any], eps: float) -> None:
-    """Put the family-wise reading at the top of entry ``e`` (a family the user stated, with
-    ``--family-size`` or ``family_size=``): ``verdict``, the bounds, the floor and the reason are the
-    family's; the pointwise ones are kept under ``pointwise``, named so."""
-    e["pointwise"] = pointwise_of(e)
-    v = fam["verdict"]
-    u, lo = fam["upper_bound"], fam["lower_bound"]
-    m, fd = fam["size"], fam["delta"]
-    k, n = e.get("n_failures"), e.get("n_reruns")
+def family_lead(fam: FamilyReading, own: dict[str, Any], k: int, n: int, upper_at_fd: float | None,
+                eps: float) -> dict[str, Any]:
+    """The values of an entry that the family-wise reading ``fam`` takes over when the user stated
+    the family (``--family-size``, ``family_size=``), as :data:`LEAD_KEYS`: the bounds, the floor,
+    the verdict and the reason are the family's. ``own``: the entry's own reading (the pointwise
+    object it keeps, named so); ``k`` of ``n`` reruns failed; ``upper_at_fd``: the upper bound at
+    δ/M where Holm's step-down certified the recipe at its own level
+    (:attr:`~recipe_audit.stats.cell.CellReadings.family_upper`)."""
+    v = fam.verdict
+    u, lo = fam.upper_bound, fam.lower_bound
+    m, fd = fam.size, fam.delta
     head = f"Chosen from a family of M = {m} recipe identities, each bounded at δ/M = {fd:.3g}: "
-    at = fam.get("upper_bound_level")
+    at = fam.upper_bound_level
     if v == exact.SUPPORTED and at is not None:  # certified by Holm's step-down at a level above δ/M
-        k_up, _, n_up = _counts(e)
-        u_fd = exact.shown_beside(exact.upper_at(k_up, n_up, fd), eps, above=True)
+        u_fd = exact.shown_beside(upper_at_fd, eps, above=True)
         head = f"Chosen from a family of M = {m} recipe identities, tested by Holm's step-down: "
         why = (f"{k} of {n} reruns failed; at the level that certified it, δ/(M − r + 1) = {at:.3g} "
-               f"(rank r = {fam['rank']} of {m}), U = {exact.shown_beside(u, eps, above=False)} ≤ ε = {eps:g} "
+               f"(rank r = {fam.rank} of {m}), U = {exact.shown_beside(u, eps, above=False)} ≤ ε = {eps:g} "
                f"(at δ/M = {fd:.3g} it is {u_fd}), so the recipe is release-supported whichever of the family "
                "was chosen.")
     elif v == exact.SUPPORTED:
@@ -167,15 +163,14 @@ def lead_family(e: dict[str, Any], fam: dict[str, Any], eps: float) -> None:
     elif v == exact.STRONG_UNSUPPORTED:
         why = f"{k} of {n} reruns failed; even L = {exact.shown_beside(lo, eps, above=True)} exceeds ε = {eps:g}."
     elif v == exact.INSUFFICIENT:
-        why = (f"{n} reruns are fewer than the family-wise floor {fam['sample_floor']}: a recipe chosen from "
+        why = (f"{n} reruns are fewer than the family-wise floor {fam.sample_floor}: a recipe chosen from "
                f"{m} certifies nothing before it.")
     else:
         why = f"{k} of {n} reruns failed, U = {exact.shown_beside(u, eps, above=True)} > ε = {eps:g}."
-    e.update({"upper_bound": u, "lower_bound": lo, "sample_floor": fam["sample_floor"], "verdict": v,
-              "more_clean_reruns_needed": fam.get("more_clean_reruns_needed"),
-              "reason": head + why + f" The pointwise verdict, for a recipe fixed before the sweep: "
-                                     f"{e['pointwise']['verdict']}.",
-              "rules": {**e["rules"], "card": v == exact.SUPPORTED}})
+    return {"upper_bound": u, "lower_bound": lo, "sample_floor": fam.sample_floor, "verdict": v,
+            "more_clean_reruns_needed": fam.more_clean_reruns_needed,
+            "reason": head + why + f" The pointwise verdict, for a recipe fixed before the sweep: "
+                                   f"{own['verdict']}."}
 
 
 def lead_rows(doc: RecipeCard) -> list[list[str]]:

@@ -125,6 +125,11 @@ class Cell:
         return ", ".join(parts) or "all runs"
 
 
+def group_json(cell: Cell) -> dict[str, str | None]:
+    """The cell's group as a card states it: each value as a string (None stays None)."""
+    return {k: (None if v is None else str(v)) for k, v in cell.group.items()}
+
+
 def audit_set_of(metric: str) -> str | None:
     """``accuracy/shift_x`` -> ``shift_x``: the audit set a recipe_audit metric key names."""
     prefix = keys.accuracy_key("")

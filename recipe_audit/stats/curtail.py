@@ -57,6 +57,7 @@ __all__ = [
     "curtail_plan",
     "curtail_sequence",
     "curtail_state",
+    "curtail_state_at",
     "curtailed_verdict_array",
     "curtail_determined",
     "simulate_curtailment",
@@ -230,9 +231,12 @@ def curtail_state(k: int, m: int, n_planned: int, eps: float = DEFAULT_EPS, delt
     k_arr, m_arr, n = _counts(k, m, n_planned)
     if k_arr.ndim:
         raise StatsInputError("curtail_state takes a single k and m; use curtail_determined() for arrays.")
-    e = check_eps(eps)
-    d = check_delta(delta)
-    k_i, m_i = int(k_arr), int(m_arr)
+    return curtail_state_at(int(k_arr), int(m_arr), n, check_eps(eps), check_delta(delta), stop_on)
+
+
+def curtail_state_at(k_i: int, m_i: int, n: int, e: float, d: float, stop_on: str) -> CurtailState:
+    """:func:`curtail_state` for counts (``0 <= k <= m <= n``), ``eps``, ``delta`` and ``stop_on``
+    checked already."""
     r = n - m_i
     plan = curtail_plan(n, e, d)
     possible = tuple(dict.fromkeys(plan.verdicts[k_i:k_i + r + 1]))

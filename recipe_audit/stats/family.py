@@ -51,12 +51,15 @@ __all__ = [
     "HOLM",
     "FamilyCard",
     "FamilyMember",
+    "FamilySeat",
     "check_family_size",
     "family_bounds",
     "family_bounds_at",
     "family_delta",
     "family_sample_floor",
+    "family_seats_at",
     "family_tail_bound",
+    "member_at",
     "pointwise_p_value",
 ]
 
@@ -293,28 +296,54 @@ def family_bounds(counts: Sequence[tuple[int, int]], eps=DEFAULT_EPS, delta=DEFA
     return family_bounds_at(pairs, e, d, m, method)
 
 
+@dataclass(frozen=True)
+class FamilySeat:
+    """A member's place in its family's test: what Holm's step-down (or Bonferroni) decided from
+    every member's counts, which the member's own reading (:func:`member_at`) needs. ``size``: M;
+    ``level``: the risk it is tested at; ``rank``: its place in increasing p-value order;
+    ``log_p``: the log of its p-value; ``certified``: whether the procedure certifies it."""
+
+    size: int
+    method: str
+    level: float
+    rank: int
+    log_p: float
+    certified: bool
+
+
+def family_seats_at(pairs: Sequence[tuple[int, int]], e: float, d: float, m: int,
+                    method: str = HOLM) -> tuple[FamilySeat, ...]:
+    """The seat of each member with counts ``pairs`` (in their order) in a family of ``m``, for
+    counts, ``eps``, ``delta``, ``m`` (at least the pairs given) and a method checked already."""
+    fd = checks.scaled(d, m)
+    log_ps = [_log_p(k, n, e) for k, n in pairs]
+    order = sorted(range(len(pairs)), key=lambda i: (log_ps[i], i))
+    seats: dict[int, FamilySeat] = {}
+    going = True
+    for r, i in enumerate(order, start=1):
+        k, n = pairs[i]
+        lv = fd if method == BONFERRONI else checks.scaled(d, m - r + 1)
+        ok = exact.certifies_at(k, n, e, lv, floors.floor_of(e, lv))
+        if method == HOLM:
+            ok = ok and going
+            going = ok
+        seats[i] = FamilySeat(size=m, method=method, level=lv, rank=r, log_p=log_ps[i], certified=ok)
+    return tuple(seats[i] for i in range(len(pairs)))
+
+
+def member_at(k: int, n: int, e: float, d: float, seat: FamilySeat) -> FamilyMember:
+    """The reading of the member with counts ``(k, n)`` at its ``seat`` (:func:`family_seats_at` of
+    the same counts), for inputs checked already."""
+    return _member(k, n, e, d, seat.size, seat.method, seat.level, seat.rank, seat.log_p, seat.certified)
+
+
 def family_bounds_at(pairs: Sequence[tuple[int, int]], e: float, d: float, m: int, method: str = HOLM) -> FamilyCard:
     """:func:`family_bounds` for counts, ``eps``, ``delta``, a family size ``m`` (at least the pairs
     given) and a method checked already."""
     fd = checks.scaled(d, m)
     floor = floors.budget_floor(e, fd)
-    log_ps = [_log_p(k, n, e) for k, n in pairs]
-    order = sorted(range(len(pairs)), key=lambda i: (log_ps[i], i))
-    rank = {i: r + 1 for r, i in enumerate(order)}
-    level = {}
-    certified = {}
-    going = True
-    for r, i in enumerate(order, start=1):
-        k, n = pairs[i]
-        lv = fd if method == BONFERRONI else checks.scaled(d, m - r + 1)
-        level[i] = lv
-        ok = exact.certifies_at(k, n, e, lv, floors.floor_of(e, lv))
-        if method == HOLM:
-            ok = ok and going
-            going = ok
-        certified[i] = ok
-    members = tuple(_member(k, n, e, d, m, method, level[i], rank[i], log_ps[i], certified[i])
-                    for i, (k, n) in enumerate(pairs))
+    seats = family_seats_at(pairs, e, d, m, method)
+    members = tuple(member_at(k, n, e, d, s) for (k, n), s in zip(pairs, seats, strict=True))
     return FamilyCard(eps=e, delta=d, family_size=m, method=method, family_delta=fd, sample_floor=floor,
                       pointwise_sample_floor=floors.floor_of(e, d), untested=m - len(pairs),
-                      certified=sum(certified.values()), members=members)
+                      certified=sum(s.certified for s in seats), members=members)

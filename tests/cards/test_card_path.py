@@ -183,29 +183,76 @@ def test_the_gate_takes_the_recipe_params_from_its_history_read(one_recipe, monk
     assert "lr=0.01" in ev.entry["recipe_summary"]
 
 
-def test_a_card_computes_each_cells_statistics_in_one_call(monkeypatch):
-    """The statistics of a cell at every τ (bounds, rules, band) come from one stats call per cell;
-    the card path no longer calls the single statistics itself, once per τ."""
+#: Every statistic that computes a reading of a cell (pointwise, at the planned N, family-wise,
+#: anytime), checked or kernel: a card calls none of them but through cell_readings_at.
+READINGS = ("cell_statistics", "cell_statistics_at", "tail_bound", "tail_bound_at", "apply_rules", "decisions_at",
+            "band_bounds", "band_bounds_at", "curtail_state", "curtail_state_at", "family_bounds",
+            "family_bounds_at", "family_tail_bound", "member_at", "anytime_bound", "anytime_bound_at",
+            "upper_at", "lower_at")
+
+
+def test_a_card_computes_each_cells_readings_in_one_call(monkeypatch):
+    """Every reading of a cell at every τ (bounds, rules, band; at the planned N of a curtailed
+    sweep; family-wise; the confidence sequence) comes from one stats call per cell,
+    cell_readings_at: no statistic that reads a cell is called by the card outside it."""
+    import sys
+
     import numpy as np
 
-    from recipe_audit import stats
     from recipe_audit.cards import build
     from recipe_audit.cards.model import Cell
     from recipe_audit.stats import cell as stats_cell
 
-    def cell(vals, refused=None):
+    def cell(vals, rid, refused=None, extra=None):
         n = len(vals)
-        return Cell(group={}, recipe_id=("r" if refused is None else "s") * 16, recipe_summary="",
+        return Cell(group={}, recipe_id=rid * 16, recipe_summary="",
                     audit_set="calibration", metric="accuracy/calibration", seeds=tuple(range(n)),
                     values=np.asarray(vals, dtype=float), run_ids=tuple(f"run{i}" for i in range(n)),
                     statuses=("FINISHED",) * n, sweep_run_ids=("p" * 32,), planned_seeds=tuple(range(n)),
-                    digest="0" * 64, extra={}, unfinished=(), shift_refusal=refused)
+                    digest="0" * 64, extra=extra or {}, unfinished=(), shift_refusal=refused)
 
-    whole = Spy(monkeypatch, stats_cell, "cell_statistics_at")
-    monkeypatch.setattr(build, "cell_statistics_at", stats_cell.cell_statistics_at)
-    singles = [Spy(monkeypatch, stats, name) for name in ("tail_bound", "apply_rules", "band_bounds",
-                                                          "cell_statistics")]
-    card = build.build_card([cell([0.9] * 30), cell([0.5] * 25, refused="not scored there")],
-                            CardOptions(taus=(0.7, 0.8, 0.95)), {})
-    assert len(card.cells) == 6 and whole.calls == 1  # the refused cell has no statistics
-    assert [s.calls for s in singles] == [0, 0, 0, 0]
+    depth, outside, inside = [0], {}, {}
+    real_entry = stats_cell.cell_readings_at
+    entry_calls = []
+
+    def entry(*args, **kwargs):
+        entry_calls.append(1)
+        depth[0] += 1
+        try:
+            return real_entry(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+
+    def spy(name, real):
+        def counted(*args, **kwargs):
+            where = inside if depth[0] else outside
+            where[name] = where.get(name, 0) + 1
+            return real(*args, **kwargs)
+        return counted
+
+    # every recipe_audit module that holds a reading statistic (its own or imported by name)
+    for mod in [m for n, m in list(sys.modules.items()) if n.startswith("recipe_audit") and m is not None]:
+        for name in READINGS:
+            real = vars(mod).get(name)
+            if callable(real):
+                monkeypatch.setattr(mod, name, spy(name, real))
+    monkeypatch.setattr(stats_cell, "cell_readings_at", entry)
+    monkeypatch.setattr(build, "cell_readings_at", entry)
+
+    curtailed = {"curtailment": {"sweep_run_id": "p" * 32, "n_planned": 40, "n_launched": 20, "stopped_early": True,
+                                 "stop_on": "decision", "batch_size": 4, "sweep_reason": "why",
+                                 "sweep_audit_set": "calibration", "sweep_taus": [0.7], "sweep_eps": 0.1,
+                                 "sweep_delta": 0.1}}
+    cards = [build.build_card([cell([0.9] * 60, "r"), cell([0.9] * 34, "q"), cell([0.9] * 20, "c", extra=curtailed),
+                               cell([0.5] * 25, "s", refused="not scored there")],
+                              CardOptions(taus=(0.7, 0.8, 0.95), family_size=4), {}),
+             build.build_card([cell([0.9] * 60, "r"), cell([0.9] * 40 + [0.5], "b")],
+                              CardOptions(taus=(0.7, 0.95), anytime=True, family_size=3), {})]
+    assert [len(c.cells) for c in cards] == [12, 4] and len(entry_calls) == 5  # a refused cell has no readings
+    assert outside == {}, f"a card computed readings outside cell_readings_at: {outside}"
+    # the readings the cards state were all computed in that one call
+    assert all(e.family is not None for c in cards for e in c.cells)
+    assert [e.curtailment is not None for e in cards[0].cells] == [False] * 6 + [True] * 3 + [False] * 3
+    assert any(e.family.upper_bound_level for e in cards[0].cells)  # certified at Holm's own level
+    assert all(e.anytime is not None for e in cards[1].cells)
+    assert {"cell_statistics_at", "curtail_state_at", "member_at", "anytime_bound_at"} <= set(inside)

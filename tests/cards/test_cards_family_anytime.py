@@ -171,12 +171,12 @@ def test_family_and_anytime_cards_verify_against_the_store(stores):
 def test_a_curtailed_sweep_cannot_be_read_as_open_ended():
     import numpy as np
 
-    from recipe_audit.cards.anytime import apply_anytime
+    from recipe_audit.cards.anytime import read_as_anytime
     from recipe_audit.cards.model import Cell
 
     cell = Cell(group={}, recipe_id="a" * 16, recipe_summary="", audit_set="calibration",
                 metric="accuracy/calibration", seeds=(0,), values=np.array([0.9]), run_ids=("r",),
                 statuses=("FINISHED",), extra={"curtailment": {"n_planned": 59}})
     with pytest.raises(CardError, match="planned N = 59: a card cannot mix that fixed-N reading with an anytime"):
-        apply_anytime([{}], [cell], CardOptions(taus=(0.7,), anytime=True))
-    apply_anytime([{}], [cell], CardOptions(taus=(0.7,)))  # a fixed-N card of it is untouched
+        read_as_anytime([cell], CardOptions(taus=(0.7,), anytime=True))
+    assert read_as_anytime([cell], CardOptions(taus=(0.7,))) is False  # a fixed-N card of it is read at N
