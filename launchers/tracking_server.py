@@ -228,12 +228,15 @@ def _stop_server(pgid: int | None, grace_s: float = 10.0) -> None:
 
 
 def _default_workers() -> int:
-    """Uvicorn workers for this machine: one per CPU this process may use, 2 to 8."""
+    """Uvicorn workers for this machine: one per two CPUs this process may use, 1 to 8. Each worker
+    imports MLflow and the app on its own (about 4 s of CPU, on every start) and serves many
+    requests at once on its threads; PostgreSQL's backends, one process per connection, do the
+    queries on the other CPUs."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 2
-    return max(2, min(8, cpus))
+    return max(1, min(8, cpus // 2))
 
 
 def start(d: Path, port: int, pg_port: int, host: str = "127.0.0.1", workers: int | None = None,

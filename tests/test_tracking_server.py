@@ -490,10 +490,11 @@ def test_start_after_a_crash_finds_what_is_left(tmp_path):
             p.wait()
 
 
-def test_start_after_a_crash_cleans_up_quickly(tmp_path):
+def test_start_after_a_crash_cleans_up_quickly(tmp_path, monkeypatch):
     """A dead postmaster's socket lock goes with its postmaster.pid (PostgreSQL refuses one that
     names a pid not yet reaped); another postmaster's stays. Stopping the old server does not wait
-    for ``mlflow server`` to tear itself down once what it served has stopped."""
+    for ``mlflow server`` to tear itself down once what it served has stopped. One worker per two
+    CPUs, 1 to 8."""
     import time
 
     ts = _script()
@@ -530,6 +531,10 @@ def test_start_after_a_crash_cleans_up_quickly(tmp_path):
         if server.poll() is None:
             server.kill()
             server.wait()
+
+    for cpus, workers in ((1, 1), (2, 1), (3, 1), (4, 2), (16, 8), (64, 8)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cpus: set(range(n)))
+        assert ts._default_workers() == workers, cpus
 
 
 @pytest.mark.slow
