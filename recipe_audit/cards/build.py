@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,11 +53,32 @@ def _duplicate(d, tau: float) -> Duplicate:
                         nondeterministic=bool(d.nondeterministic))
 
 
-def _base(cell: Cell, tau: float, opts: CardOptions, n_failures: int | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _CellFields:
+    """What every entry of a cell states alike, typed once for the cell (immutable: its entries
+    share it)."""
+
+    group: FrozenMap
+    planned_seeds: tuple
+    unfinished: tuple[UnfinishedRerun, ...]
+    sweep_run_ids: tuple[str, ...]
+    reruns: tuple[Rerun, ...]
+
+    @classmethod
+    def of(cls, cell: Cell) -> _CellFields:
+        return cls(group=FrozenMap(group_json(cell)), planned_seeds=tuple(_seed_json(s) for s in cell.planned_seeds),
+                   unfinished=tuple(UnfinishedRerun(_seed_json(s), r, rid) for s, r, rid in cell.unfinished),
+                   sweep_run_ids=tuple(cell.sweep_run_ids),
+                   reruns=tuple(Rerun(_seed_json(s), rid, json_number(v), st)
+                                for s, v, rid, st in zip(cell.seeds, cell.values.tolist(), cell.run_ids,
+                                                         cell.statuses, strict=True)))
+
+
+def _base(cell: Cell, shared: _CellFields, tau: float, opts: CardOptions, n_failures: int | None) -> dict[str, Any]:
     """What an entry says of its cell and τ, up to its failures ``n_failures`` (its first fields,
-    typed)."""
+    typed; ``shared``: the cell's own, alike in each of its entries)."""
     return {
-        "group": FrozenMap(group_json(cell)),
+        "group": shared.group,
         "label": cell.label,
         "recipe_id": cell.recipe_id,
         "recipe_summary": cell.recipe_summary,
@@ -67,14 +89,12 @@ def _base(cell: Cell, tau: float, opts: CardOptions, n_failures: int | None) -> 
         "eps": opts.eps,
         "delta": opts.delta,
         "n_reruns": cell.n,
-        "planned_seeds": tuple(_seed_json(s) for s in cell.planned_seeds),
-        "unfinished": tuple(UnfinishedRerun(_seed_json(s), r, rid) for s, r, rid in cell.unfinished),
+        "planned_seeds": shared.planned_seeds,
+        "unfinished": shared.unfinished,
         "duplicates": tuple(_duplicate(d, tau) for d in cell.duplicates),
         "nondeterministic": bool(cell.disagreeing_duplicates),
-        "sweep_run_ids": tuple(cell.sweep_run_ids),
-        "reruns": tuple(Rerun(_seed_json(s), rid, json_number(v), st)
-                        for s, v, rid, st in zip(cell.seeds, cell.values.tolist(), cell.run_ids, cell.statuses,
-                                                 strict=True)),
+        "sweep_run_ids": shared.sweep_run_ids,
+        "reruns": shared.reruns,
         "digest": cell.digest,
         "n_failures": n_failures,
         "n_unfinished": len(cell.unfinished),
@@ -85,11 +105,12 @@ def _base(cell: Cell, tau: float, opts: CardOptions, n_failures: int | None) -> 
 def _refused_entries(cell: Cell, opts: CardOptions, anytime: bool, places) -> list[CardEntry]:
     """The entries of a cell refused for its audit set: no statistics, the refusal as the reason."""
     floor = floor_of(opts.eps, opts.delta)
+    shared = _CellFields.of(cell)
     out = []
     for tau, place in zip(opts.taus, places, strict=True):
         fam = {"family": family_reading(place[0], stats.REFUSED_SHIFT)} if place else {}
         out.append(CardEntry.of(
-            **_base(cell, tau, opts, None), failed_seeds=(), upper_bound=None, lower_bound=None, sample_floor=floor,
+            **_base(cell, shared, tau, opts, None), failed_seeds=(), upper_bound=None, lower_bound=None, sample_floor=floor,
             more_clean_reruns_needed=None, verdict=stats.REFUSED_SHIFT, reason=cell.shift_refusal,
             rules=FrozenMap({r: False for r in stats.RULES}), rule_statistics=None,
             **({"reading": ANYTIME} if anytime else {}), **fam))
@@ -129,10 +150,12 @@ def cell_entries(cell: Cell, opts: CardOptions, anytime: bool = False, places=No
                                 opts.band_method, _unlaunched(cell), curtail_stop_on=curtailed_stop_on(cell),
                                 anytime=anytime, looks=look_groups(cell) if anytime else (),
                                 family=tuple(p and p[1] for p in places))
-    return [_entry(cell, tau, opts, readings, i, places[i]) for i, tau in enumerate(opts.taus)]
+    shared = _CellFields.of(cell)
+    return [_entry(cell, shared, tau, opts, readings, i, places[i]) for i, tau in enumerate(opts.taus)]
 
 
-def _entry(cell: Cell, tau: float, opts: CardOptions, rd: CellReadings, i: int, place) -> CardEntry:
+def _entry(cell: Cell, shared: _CellFields, tau: float, opts: CardOptions, rd: CellReadings, i: int,
+           place) -> CardEntry:
     """The entry of ``cell`` at ``tau``, the ``i``-th bar of its readings ``rd``; ``place``: its
     family and seat (None: no family)."""
     cs = rd.statistics
@@ -165,7 +188,7 @@ def _entry(cell: Cell, tau: float, opts: CardOptions, rd: CellReadings, i: int, 
             # the entry's own reading moves under ``pointwise`` (an anytime entry has it already)
             family = {"family": fam, **({} if anytime else {"pointwise": {key: own[key] for key in LEAD_KEYS}})}
     return CardEntry.of(
-        **_base(cell, tau, opts, k),
+        **_base(cell, shared, tau, opts, k),
         failed_seeds=tuple(_seed_json(s) for s, f in zip(cell.seeds, failed, strict=True) if f),
         upper_bound=lead["upper_bound"], lower_bound=lead["lower_bound"], sample_floor=lead["sample_floor"],
         more_clean_reruns_needed=lead["more_clean_reruns_needed"], verdict=lead["verdict"], reason=lead["reason"],
