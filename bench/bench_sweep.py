@@ -274,8 +274,12 @@ def main() -> None:
         print(f"H (Hydra and the task without the callback): {h:7.2f} s wall, {ch:.2f} s CPU")
         print(f"  CPU, best of each: Hydra's part H - B {ch - cb:.2f} s ({(ch - cb) / n * 1000:.0f} ms/rerun if all "
               f"per rerun), the callback's A - H {ca - ch:.2f} s ({(ca - ch) / n * 1000:.0f} ms/rerun)")
-    print(f"ratio A/B (wall, best of {args.repeat}) = {ratio:.3f}  target <= {TARGET:.2f}: "
-          f"{'PASS' if ratio <= TARGET else 'FAIL'}")
+    if args.together:  # each side slowed the others: their wall clocks are not the user's
+        print(f"ratio A/B (wall, best of {args.repeat}) = {ratio:.3f}; the sides ran at the same time, so this is "
+              f"no measurement against the target (<= {TARGET:.2f}): compare the CPU times")
+    else:
+        print(f"ratio A/B (wall, best of {args.repeat}) = {ratio:.3f}  target <= {TARGET:.2f}: "
+              f"{'PASS' if ratio <= TARGET else 'FAIL'}")
     same = accs_a == accs_b and sorted(accs_a) == list(range(n))
     print(f"calibration accuracies per seed: {'identical' if same else 'DIFFER'} "
           f"({len(accs_a)} seeds A, {len(accs_b)} seeds B)")
@@ -283,7 +287,7 @@ def main() -> None:
         for s in sorted(set(accs_a) | set(accs_b)):
             if accs_a.get(s) != accs_b.get(s):
                 print(f"  seed {s}: A {accs_a.get(s)}  B {accs_b.get(s)}")
-    sys.exit(0 if ratio <= TARGET and same else 1)
+    sys.exit(0 if (args.together or ratio <= TARGET) and same else 1)
 
 
 if __name__ == "__main__":
