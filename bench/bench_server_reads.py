@@ -47,9 +47,7 @@ import json
 import logging
 import os
 import shutil
-import socket
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,16 +58,10 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from bench_query import EXPERIMENT, METRIC, _interleaved, _peak_mib, build_card_store, build_store  # noqa: E402
+from bench_server_load import ADMIN_PW, free_port, start_server, stop_server  # noqa: E402
 
 CARD_EXPERIMENT = EXPERIMENT + "_card"
-ADMIN_PW = "bench-admin-password"
 TABLES = ("runs", "tags", "params", "metrics", "latest_metrics")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tree(root: int) -> list[int]:
@@ -201,22 +193,17 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(tempfile.mkdtemp(prefix="recipe_audit_bench_server_"))
     base.chmod(0o711)  # as root, PostgreSQL's own user passes through to DIR/pg
     d = base / "server"
-    script = HERE.parent / "launchers" / "tracking_server.py"
-    port, pg_port = _free_port(), _free_port()
-    env = {**os.environ, "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PW}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    t0 = time.perf_counter()
-    started = subprocess.run([sys.executable, str(script), "start", "--dir", str(d), "--port", str(port),
-                              "--pg-port", str(pg_port)], env=env, capture_output=True, text=True)
-    if started.returncode != 0:
-        print(f"the team server did not start: {started.stderr.strip()[-800:]}")
+    port, pg_port = free_port(), free_port()
+    try:
+        uri, start_s = start_server(d, port, pg_port)
+    except SystemExit as refused:
+        print(str(refused)[-800:])
         shutil.rmtree(base, ignore_errors=True)
         return 2
     try:
-        return _bench(args, small, card_db, d, started.stdout.strip().splitlines()[-1], pg_port,
-                      time.perf_counter() - t0)
+        return _bench(args, small, card_db, d, uri, pg_port, start_s)
     finally:
-        subprocess.run([sys.executable, str(script), "stop", "--dir", str(d)], capture_output=True)
+        stop_server(d)
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -26,7 +26,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recipe_audit.stats.options import AuditOptions, option_fields
+from recipe_audit.stats.options import AuditOptions, option_fields, refuse_unknown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -190,9 +190,7 @@ def _options(func: str, options: dict[str, Any], metric: str):
     a ``TypeError``, as Python's own for ``func``."""
     from recipe_audit.cards.model import CardOptions
 
-    unknown = sorted(set(options) - {f.name for f in option_fields()})
-    if unknown:
-        raise TypeError(f"{func}() got an unexpected keyword argument {unknown[0]!r}")
+    refuse_unknown(options, func)
     return CardOptions.from_config(options, metrics=[metric])
 
 

@@ -54,7 +54,7 @@ from recipe_audit.app.seams import SweepEnv, hand_back, job_result, restore_left
 from recipe_audit.app.sweep_end import JobsKind, abandon_sweep, end_sweep, recipe_cards
 from recipe_audit.app.sweep_plan import CallbackOptionError, option_name, planned_seeds
 from recipe_audit.keys import KIND_ACCEPTANCE_CELL, KIND_RERUN
-from recipe_audit.stats.options import option_fields
+from recipe_audit.stats.options import option_fields, refuse_unknown
 
 log = logging.getLogger("recipe_audit")
 
@@ -78,11 +78,8 @@ class RecipeAuditCallback(Callback):
         self.metrics = [str(m) for m in metrics]
         # the card's options (taus, eps, delta, ...: recipe_audit.stats.options.AuditOptions declares them
         # and their defaults), as given: checked with one sentence when the sweep starts (card_options)
-        declared = {f.name: f.default for f in option_fields()}
-        unknown = sorted(set(options) - set(declared))
-        if unknown:
-            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}")
-        self.options = {**declared, **options}
+        refuse_unknown(options, type(self).__name__)
+        self.options = {**{f.name: f.default for f in option_fields()}, **options}
         self.seed_key = str(seed_key)
         self.identity_exclude = tuple(str(k) for k in identity_exclude or ())
         self.experiment_name = experiment_name
@@ -359,7 +356,7 @@ class RecipeAuditCallback(Callback):
             jobs.stop_on_full_disk(exc, self._job_place(config).uri, seed,
                                    self._abandoned if getattr(self, "sweep", None) is not None else None)
             if self._job_place(config).uri.startswith(("http://", "https://")):  # a server that did not come back
-                jobs.stop_if_store_gone(self._job_place(config).uri, seed, exc)
+                jobs.stop_if_store_gone(self._job_place(config).uri, seed)
             log.error("recipe_audit: could not open the rerun's run (%s); this seed counts as unfinished",
                       mask_in_text(one_line(exc)))
             self._job = None
@@ -392,9 +389,9 @@ class RecipeAuditCallback(Callback):
         try:
             job.seams.task_returned()
             self._close_rerun(config, job, job_return)
-        except Exception as exc:
+        except Exception:
             if job.rerun.tracking_uri.startswith(("http://", "https://")):  # a server that did not come back
-                jobs.stop_if_store_gone(job.rerun.tracking_uri, job.rerun.seed, exc)
+                jobs.stop_if_store_gone(job.rerun.tracking_uri, job.rerun.seed)
             raise
         finally:
             job.seams.restore()
@@ -404,9 +401,7 @@ class RecipeAuditCallback(Callback):
         outcome = jobs.close_job(job, returned, error, bars=self.bars(), kind=self.run_kind, bar_tags=self.bar_tags,
                                  on_disk_full=self._abandoned if getattr(self, "sweep", None) is not None else None)
         if self._job_place(config).multirun:  # to a sweeper that asked for it (the curtailing sweeper)
-            channel = OutcomeChannel(self._job_place(config).sweep_dir)
-            if channel.is_open():
-                channel.post(int(config.hydra.job.num), outcome)
+            OutcomeChannel(self._job_place(config).sweep_dir).post(int(config.hydra.job.num), outcome)
         else:
             self._single_run_id = job.rerun.run_id  # printed when the run ends
         self._report(job, outcome)

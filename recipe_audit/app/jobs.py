@@ -113,11 +113,12 @@ def stop_on_full_disk(exc: BaseException, uri: str, seed: Any, on_disk_full: Cal
          "are kept).")
 
 
-def stop_if_store_gone(uri: str, seed: Any, exc: BaseException) -> None:
+def stop_if_store_gone(uri: str, seed: Any) -> None:
     """A tracking server that went away mid-sweep (and did not come back while the store's calls
     waited for it) stops the sweep with one sentence, rather than recording reruns nowhere: every
     rerun that finished before is in the store, and relaunching with ``tracking.resume=true``
-    trains only the others. Returns when the store answers (``exc`` was something else)."""
+    trains only the others. Returns when the store answers (the error was something else: the caller
+    raises it)."""
     from recipe_audit.store import tracking
 
     try:

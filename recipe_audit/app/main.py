@@ -134,7 +134,7 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
         _fail(str(exc), exc)
     except Exception as exc:  # a crashing rerun is data: the callback records it FAILED, the sweep goes on
         if logger is not None:
-            _stop_if_store_gone(logger.store.uri, run_cfg.seed, exc)
+            _stop_if_store_gone(logger.store.uri, run_cfg.seed)
             try:
                 logger.flush()
             except Exception:  # noqa: BLE001 - the error that matters is the rerun's
@@ -145,8 +145,8 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
     if logger is not None:
         try:
             logger.flush()
-        except Exception as exc:
-            _stop_if_store_gone(logger.store.uri, run_cfg.seed, exc)
+        except Exception:
+            _stop_if_store_gone(logger.store.uri, run_cfg.seed)
             raise
     return {name: s.accuracy for name, s in result.audits.items()}
 
@@ -197,7 +197,7 @@ def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
         _fail(str(exc), exc)
     except Exception as exc:
         if logger is not None:
-            _stop_if_store_gone(logger.store.uri, int(cfg.seed), exc)
+            _stop_if_store_gone(logger.store.uri, int(cfg.seed))
         if HydraConfig.get().mode != RunMode.MULTIRUN:
             _fail(f"cell {cell_name(str(defense.name), int(cfg.seed))} FAILED ({type(exc).__name__}: {exc})", exc)
         raise
@@ -221,19 +221,19 @@ def _attach_rerun(audit_names, cfg):
         logger.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     except tracking.TrackingError as exc:
         _fail(str(exc), exc)
-    except Exception as exc:  # noqa: BLE001 - a server that went away since the callback opened the run
-        _stop_if_store_gone(rerun.tracking_uri, rerun.seed, exc)
+    except Exception:  # noqa: BLE001 - a server that went away since the callback opened the run
+        _stop_if_store_gone(rerun.tracking_uri, rerun.seed)
         raise
     return logger
 
 
-def _stop_if_store_gone(uri: str, seed: int, exc: BaseException) -> None:
+def _stop_if_store_gone(uri: str, seed: int) -> None:
     """A tracking server that went away mid-sweep stops the sweep with one sentence (rather than
     recording reruns nowhere): every rerun that finished before is in the store, and relaunching
     with ``tracking.resume=true`` trains only the others."""
     from recipe_audit.app.jobs import stop_if_store_gone
 
-    stop_if_store_gone(uri, seed, exc)
+    stop_if_store_gone(uri, seed)
 
 
 def _fail(message: str, exc: BaseException | None = None, record: bool = True) -> None:

@@ -77,14 +77,15 @@ def failed_sentence(sweep_id: str, failed, kind: JobsKind) -> str:
     2 rerun(s) of sweep s1 did not finish: seed 1 (failed), seed 2 (killed); counted; the first, seed 1, failed: OSError: disk full (raised as RuntimeError: x).
     """
     many = len({f.recipe_id for f in failed}) > 1
-
-    def seed(f) -> str:
-        return f"seed {f.seed}" + (f" of recipe {f.recipe_id[:8]}" if many else "")
-
-    which = ", ".join(f"{seed(f)} ({f.status.lower()})" for f in failed)
+    which = ", ".join(f"{_seed_label(f, many)} ({f.status.lower()})" for f in failed)
     line = f"{len(failed)} {kind.failed_noun} of sweep {sweep_id} did not finish: {which}; {kind.failed_consequence}"
     cause = first_cause(failed)
     return line + (f"; {cause}" if cause else "") + "."
+
+
+def _seed_label(f, many: bool) -> str:
+    """``seed S``, with its recipe's short id when the sweep mixes recipes."""
+    return f"seed {f.seed}" + (f" of recipe {f.recipe_id[:8]}" if many else "")
 
 
 def first_cause(failed) -> str | None:
@@ -99,8 +100,8 @@ def first_cause(failed) -> str | None:
     many = len({f.recipe_id for f in failed}) > 1
     error = first.error.strip().rstrip(".").rstrip()
     fix = known_fix(error)
-    return (f"the first, seed {first.seed}" + (f" of recipe {first.recipe_id[:8]}" if many else "")
-            + f", {first.status.lower()}: {error}" + (f" ({fix})" if fix else ""))
+    return (f"the first, {_seed_label(first, many)}, {first.status.lower()}: {error}"
+            + (f" ({fix})" if fix else ""))
 
 
 def abandon_sweep(sweep, kind: JobsKind, joblib: bool) -> None:

@@ -296,8 +296,6 @@ def write_json(card: RecipeCard | dict[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
-
-
 MAX_RUN_DESCRIPTION = 8000  # MLflow keeps at most this many characters of a run tag
 
 

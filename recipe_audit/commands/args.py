@@ -56,9 +56,9 @@ def audit_option(option: str) -> Callable[[str], object]:
     the one validator every door uses (:mod:`recipe_audit.stats.options`): the same requirement in
     the same words as in Python and in Hydra. ``eps`` and ``delta`` keep the decimal typed
     (``--delta 0.31381059609`` is 31381059609/10**11 exactly, not the nearest simple fraction)."""
-    from recipe_audit.stats.options import OptionError, check_option, option_fields, requirement
+    from recipe_audit.stats.options import OptionError, check_option, option_field, requirement
 
-    integer = next(f for f in option_fields() if f.name == option).metadata["cli"] == "whole"
+    integer = option_field(option).metadata["cli"] == "whole"
     first = number(integer=integer)
 
     def parse(text: str):

@@ -29,14 +29,13 @@ SPLITS_MAX = 100_000
 BOOTSTRAP_MAX = 100_000
 
 
-
 def register(subparsers) -> dict:
     c = subparsers.add_parser("card", help="compute recipe cards from an MLflow experiment",
-                       description="The recipe cards of an experiment's reruns, from the tracking store alone: "
-                                   "for each recipe and audit set (or --metric) at each bar τ, the failures k of "
-                                   "N reruns, the exact upper bound U on the next rerun's failure probability, "
-                                   "the sample floor N_min and the verdict. A rerun that did not finish counts "
-                                   "as a failure.")
+                              description="The recipe cards of an experiment's reruns, from the tracking store "
+                                          "alone: for each recipe and audit set (or --metric) at each bar τ, the "
+                                          "failures k of N reruns, the exact upper bound U on the next rerun's "
+                                          "failure probability, the sample floor N_min and the verdict. A rerun "
+                                          "that did not finish counts as a failure.")
     c.add_argument("--experiment-name", required=True,
                    help="the MLflow experiment whose reruns the card reads (a sweep's: its app's job name, "
                         "recipe_audit for the built-in trainer)")

@@ -31,7 +31,7 @@ from recipe_audit.stats.defaults import DEFAULT_DELTA, DEFAULT_EPS, DEFAULT_TAUS
 from recipe_audit.stats.errors import StatsInputError
 
 __all__ = ["UNFINISHED", "AuditOptions", "OptionError", "audit_options", "check_budget", "check_option",
-           "check_taus_for", "is_accuracy_metric", "option", "option_fields", "requirement"]
+           "check_taus_for", "is_accuracy_metric", "option", "option_field", "option_fields", "refuse_unknown", "requirement"]
 
 UNFINISHED = ("fail", "refuse")
 
@@ -170,16 +170,25 @@ def option_fields() -> tuple[Field, ...]:
     return tuple(f for f in fields(AuditOptions) if "requirement" in f.metadata)
 
 
-def _field(option: str) -> Field:
+def option_field(option: str) -> Field:
+    """The declared field of one audit option (``KeyError`` for a name that is none)."""
     for f in option_fields():
         if f.name == option:
             return f
     raise KeyError(option)
 
 
+def refuse_unknown(given, func: str) -> None:
+    """A keyword in ``given`` that is no audit option is a ``TypeError``, in Python's own words for
+    ``func`` (the API's functions, the callback and :func:`audit_options` say it alike)."""
+    unknown = sorted(set(given) - {f.name for f in option_fields()})
+    if unknown:
+        raise TypeError(f"{func}() got an unexpected keyword argument {unknown[0]!r}")
+
+
 def requirement(option: str) -> str:
     """What ``option`` must be: the words every door uses."""
-    return _field(option).metadata["requirement"]
+    return option_field(option).metadata["requirement"]
 
 
 #: recipe_audit's own metrics are accuracies (``accuracy/<audit set>``), in [0, 1].
@@ -212,7 +221,7 @@ def check_option(option: str, value: Any, name: str | None = None) -> Any:
     int or None, ``taus`` to a tuple of floats, ``unfinished`` to its word, ``anytime`` and
     ``higher_is_better`` to bools. Raises :class:`OptionError` naming the option as ``name``
     (default: its own name); ``KeyError`` for a name that is no audit option."""
-    f = _field(option)
+    f = option_field(option)
     try:
         return f.metadata["check"](value)
     except (ValueError, TypeError, ArithmeticError):
@@ -257,10 +266,8 @@ def audit_options(*, metrics: Sequence[str] = (), name: Callable[[str], str] | N
     [0, 1]), and the budget (``budget``: an ε small enough that no count up to 10^15 certifies it is
     refused). ``name(option)`` is how the door names an option in its sentence. Returns the checked
     values; a keyword that is no audit option is a ``TypeError``."""
+    refuse_unknown(given, "audit_options")
     declared = option_fields()
-    unknown = sorted(set(given) - {f.name for f in declared})
-    if unknown:
-        raise TypeError(f"audit_options() got an unexpected keyword argument {unknown[0]!r}")
     out = {f.name: check_option(f.name, given.get(f.name, f.default), name(f.name) if name is not None else f.name)
            for f in declared}
     check_taus_for(out["taus"], metrics, out["higher_is_better"])

@@ -109,15 +109,10 @@ class HistoryRead:
     runs: list[HistoryRun]
     history_of: Callable[[str], Sequence[Point]]
 
-    def to_json(self) -> dict[str, Any]:
-        """JSON-able (NaN and infinities as JSON's extensions): what the server app sends."""
-        return {"experiment_id": self.experiment_id,
-                "runs": [[list(r.info), r.tags, r.params, r.has_metric, r.empty,
-                          [list(p) for p in self.history_of(r.info.run_id)] if r.has_metric else []]
-                         for r in self.runs]}
-
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> HistoryRead:
+        """The read from its JSON form, as :func:`recipe_audit.store.read_sql.read_history_sql` builds it
+        (what the server app sends)."""
         runs = [HistoryRun(Info(*info), tags, params, has, empty, tuple(Point(float(v), t, s) for v, t, s in points))
                 for info, tags, params, has, empty, points in doc["runs"]]
         return cls(str(doc["experiment_id"]), runs, _lookup({r.info.run_id: r.history for r in runs}))

@@ -39,7 +39,8 @@ server's setting elsewhere). With the default 4 (a page read from a spinning dis
 the runs of a 10,000-run experiment to their tags by hashing every run's tags of each key; in a
 store that also holds a 100,000-run experiment that took about 3x the time and CPU of probing
 MLflow's (key, run_uuid) indexes, which it chooses at 1.1 (pages in memory or on SSD, PostgreSQL's
-own advice for those) and which gives the same rows (bench/bench_server_reads.py)."""
+own advice for those) and which gives the same rows (profiled on 2026-12-06 on bench_server_reads.py's
+store, 7 interleaved rounds; docs/benchmarks.md, "Through the team server's app")."""
 
 SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 """URI schemes of the databases MLflow stores runs in (a driver may follow: ``postgresql+psycopg2``)."""
@@ -462,16 +463,19 @@ def _sql_parents(
     return parents, {p: d[keys.TAG_CURTAILMENT] for p, d in found.items() if d.get(keys.TAG_CURTAILMENT)}
 
 
-def keys_of_runs(uri: str, kind: str, run_ids: list[str]) -> set[str]:
-    """The ``kind`` keys (``metrics``, ``params``, ``tags``) some of ``run_ids`` have (for messages)."""
+def keys_of_runs(uri: str, kind: str, run_ids: list[str], conn: Any = None) -> set[str]:
+    """The ``kind`` keys (``metrics``, ``params``, ``tags``) some of ``run_ids`` have (for messages);
+    through ``conn`` (a :func:`snapshot`, the one the runs were read in) when given."""
     import sqlalchemy as sa
 
+    if conn is None:
+        with _engine(uri).connect() as own:
+            return keys_of_runs(uri, kind, run_ids, own)
     table = _sql_tables()["latest_metrics" if kind == "metrics" else kind]
     found: set[str] = set()
-    with _engine(uri).connect() as conn:
-        for i in range(0, len(run_ids), _ID_CHUNK):
-            stmt = sa.select(table.c.key).distinct().where(table.c.run_uuid.in_(run_ids[i : i + _ID_CHUNK]))
-            found.update(k for (k,) in conn.execute(stmt))
+    for i in range(0, len(run_ids), _ID_CHUNK):
+        stmt = sa.select(table.c.key).distinct().where(table.c.run_uuid.in_(run_ids[i : i + _ID_CHUNK]))
+        found.update(k for (k,) in conn.execute(stmt))
     return found
 
 

@@ -88,7 +88,7 @@ def _body(**fields: type) -> dict[str, Any]:
 
 
 def _reading(read: Any) -> Any:
-    """Answer with what ``read(uri, body)`` returns; bad input 400, a store error its refusal."""
+    """Answer with what ``read(uri)`` returns (it reads the request's body itself); bad input 400, a store error its refusal."""
     def view() -> Any:
         if not _offers_sql():
             return _answer({"error_code": "ENDPOINT_NOT_FOUND",
@@ -135,7 +135,7 @@ def keys_of(uri: str) -> list[str]:
     with read_sql.snapshot(uri, b["experiment_name"]) as conn:
         experiment_id, _stage = read_sql.experiment_row(conn, uri, b["experiment_name"])
         mine = read_sql.runs_of_experiment(conn, experiment_id, b["run_ids"])
-    return sorted(read_sql.keys_of_runs(uri, b["kind"], mine))
+        return sorted(read_sql.keys_of_runs(uri, b["kind"], mine, conn))
 
 
 def history(uri: str) -> dict[str, Any]:

@@ -92,6 +92,15 @@ def test_the_family_wise_error_is_at_most_alpha(seeds):
     per_gate = 2 * float(stats.binom.sf(k - 1, seeds, 0.5)) if k <= seeds else 0.0
     fwer = 1 - (1 - per_gate) ** 12
     assert fwer <= alpha
+    # k is the procedure's own threshold: k - 1 passes on every gate decide nothing, k on one gate decide it
+    def table(passes_of):
+        return {d: [{g: ("pass" if i < passes_of(d, g) else "n/a") for g in "abcd"} for i in range(seeds)]
+                for d in ("x", "y", "z")}
+    none = decide_over_seeds(table(lambda d, g: k - 1), alpha)
+    assert none.hypotheses == m and {g.decided for g in none.gates} == {"undecided"}
+    if k <= seeds:
+        one = decide_over_seeds(table(lambda d, g: k if (d, g) == ("y", "c") else k - 1), alpha)
+        assert [(g.defense, g.gate) for g in one.gates if g.decided == "pass"] == [("y", "c")]
     if seeds == 5:  # the earlier rule decided a coin-flip gate somewhere almost always
         old_need = math.ceil(0.8 * seeds - 1e-9)
         assert 1 - (1 - 2 * float(stats.binom.sf(old_need - 1, seeds, 0.5))) ** 12 > 0.99

@@ -247,10 +247,10 @@ def test_a_server_that_did_not_come_back_stops_the_sweep_in_one_sentence(store, 
         s.bind(("127.0.0.1", 0))
         gone = f"http://127.0.0.1:{s.getsockname()[1]}"
     with pytest.raises(SystemExit) as stopped:
-        jobs.stop_if_store_gone(gone, 3, _lost("runs/update"))
+        jobs.stop_if_store_gone(gone, 3)
     assert stopped.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"recipe_audit: error: The MLflow tracking server at {gone} is not reachable (")
     assert err.endswith("Seed 3 was not recorded and the sweep stops here; the reruns that finished are in the "
                         "store: relaunch the same command with tracking.resume=true once it is back.")
-    jobs.stop_if_store_gone(store, 3, ValueError("something else"))  # answers: returns, the caller raises
+    jobs.stop_if_store_gone(store, 3)  # answers: returns, the caller raises

@@ -160,12 +160,10 @@ def decide_over_seeds(statuses: Mapping[str, Sequence[Mapping[str, str]]], alpha
                 raise StatsInputError(f"gate ({g}) of {defense} has status {bad[0]!r}, not one of {list(STATUSES)}.")
             rows.append((defense, g, got))
     tested = [i for i, (_, _, got) in enumerate(rows) if any(x != MISSING for x in got)]
-    p_values, owners = [], []
-    for i in tested:
-        got = rows[i][2]
-        for outcome in (PASS, FAIL):
-            p_values.append(majority_p_value(got.count(outcome), len(got)))
-            owners.append((i, outcome))
+    p_of = {(i, outcome): majority_p_value(got.count(outcome), len(got))
+            for i, (_, _, got) in enumerate(rows) for outcome in (PASS, FAIL)}
+    owners = [(i, outcome) for i in tested for outcome in (PASS, FAIL)]
+    p_values = [p_of[o] for o in owners]
     rejected, levels = _holm(p_values, alpha)
     found: dict[tuple[int, str], tuple[bool, float | None]] = {
         owner: (rej, lv) for owner, rej, lv in zip(owners, rejected, levels, strict=True)}
@@ -180,8 +178,8 @@ def decide_over_seeds(statuses: Mapping[str, Sequence[Mapping[str, str]]], alpha
         gates.append(GateOverSeeds(
             defense=defense, gate=g, seeds=len(got), passed=got.count(PASS), failed=got.count(FAIL),
             na=got.count(NA), caveat=len(got) - sum(got.count(x) for x in (PASS, FAIL, NA, MISSING)),
-            missing=got.count(MISSING), p_pass=majority_p_value(got.count(PASS), len(got)),
-            p_fail=majority_p_value(got.count(FAIL), len(got)), level_pass=lv_pass, level_fail=lv_fail,
+            missing=got.count(MISSING), p_pass=p_of[(i, PASS)],
+            p_fail=p_of[(i, FAIL)], level_pass=lv_pass, level_fail=lv_fail,
             decided=decided))
     verdicts = {}
     for defense in statuses:
