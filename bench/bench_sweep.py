@@ -102,14 +102,16 @@ def bare(seeds: int, threads: int, freeze: bool = False) -> None:
         from recipe_audit.train.shift import prepare_extra_audits
 
         extra["extra_audits"] = prepare_extra_audits(audit.extra_tasks, audit.extra_task_options, prepared, model)
-    accs = {}
+    accs, trained = {}, {}
     for seed in range(seeds):
         if freeze and seed < 2:  # as the app does: after set-up, and after the first rerun's imports
             gc.freeze()
         result = train_rerun(seed, model, recipe, prepared, audit_sets,
                              eval_batch_size=audit.eval_batch_size, progress=False, **extra)
         accs[seed] = result.audits[audit.primary].accuracy
+        trained[seed] = result.train_seconds
     print("BARE_RESULT " + json.dumps(accs))
+    print("BARE_TRAIN " + json.dumps(trained))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -160,9 +162,13 @@ def _bare_cmd(seeds: int, threads: int, freeze: bool) -> list[str]:
             "--threads", str(threads)] + (["--freeze-bare"] if freeze else [])
 
 
-def _bare_accuracies(out: str) -> dict[int, float]:
-    line = [ln for ln in out.splitlines() if ln.startswith("BARE_RESULT ")][-1]
+def _bare_printed(out: str, what: str) -> dict[int, float]:
+    line = [ln for ln in out.splitlines() if ln.startswith(f"{what} ")][-1]
     return {int(k): v for k, v in json.loads(line.split(" ", 1)[1]).items()}
+
+
+def _bare_accuracies(out: str) -> dict[int, float]:
+    return _bare_printed(out, "BARE_RESULT")
 
 
 def _app_cmd(seeds: int, threads: int, tmp: Path, card: bool = True, callback: bool = True) -> list[str]:
@@ -195,24 +201,34 @@ def run_round(seeds: int, threads: int, freeze: bool, card: bool, hydra_only: bo
         else:
             for name, cmd, cwd, what in sides:
                 done[name] = _timed(cmd, cwd, what)
-        accs_a = _app_accuracies(f"sqlite:///{Path(tmp_a) / 'mlflow.db'}")
+        accs_a, trained_a = _app_accuracies(f"sqlite:///{Path(tmp_a) / 'mlflow.db'}")
+    TRAINED["A"].append(sum(trained_a.values()))
+    TRAINED["B"].append(sum(_bare_printed(done["B"][1], "BARE_TRAIN").values()))
     return (done["B"][0], _bare_accuracies(done["B"][1]), done["H"][0] if hydra_only else None,
             done["A"][0], accs_a)
 
 
-def _app_accuracies(uri: str) -> dict[int, float]:
-    """The calibration accuracy of every FINISHED rerun in the store (after the timing)."""
+#: per side, per round: the seconds its reruns spent training (each rerun's ``train_seconds``:
+#: building the model and fitting it, timed inside ``train_rerun``), to tell a slower training
+#: from the work around it
+TRAINED: dict[str, list[float]] = {"A": [], "B": []}
+
+
+def _app_accuracies(uri: str) -> tuple[dict[int, float], dict[int, float]]:
+    """The calibration accuracy and the ``train_seconds`` of every FINISHED rerun in the store
+    (after the timing)."""
     from mlflow.tracking import MlflowClient
 
     from recipe_audit import keys
 
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("recipe_audit")
-    out = {}
+    out, trained = {}, {}
     for r in client.search_runs([exp.experiment_id], max_results=10000):
         if r.data.tags.get(keys.TAG_KIND) == keys.KIND_RERUN and r.info.status == "FINISHED":
             out[int(r.data.tags[keys.TAG_SEED])] = r.data.metrics[keys.accuracy_key(keys.DEFAULT_AUDIT)]
-    return out
+            trained[int(r.data.tags[keys.TAG_SEED])] = r.data.metrics[keys.METRIC_TRAIN_SECONDS]
+    return out, trained
 
 
 def main() -> None:
@@ -258,6 +274,9 @@ def main() -> None:
         runs_a.append(ta)
         print(f"  round {i + 1}: A python -m recipe_audit  {ta.wall:7.2f} s wall ({ta.wall / n:.3f} s/rerun), "
               f"{ta.cpu:7.2f} s CPU   A/B {ta.wall / tb.wall:.3f}, CPU {ta.cpu / tb.cpu:.3f}", flush=True)
+        tr_a, tr_b = TRAINED["A"][-1], TRAINED["B"][-1]
+        print(f"  round {i + 1}: training (train_seconds, summed) A {tr_a:.2f} s, B {tr_b:.2f} s, A/B "
+              f"{tr_a / tr_b:.3f}; outside it A {ta.wall - tr_a:.2f} s, B {tb.wall - tr_b:.2f} s", flush=True)
     print(f"  load average after: {os.getloadavg()[0]:.2f}")
 
     a, b = min(r.wall for r in runs_a), min(r.wall for r in runs_b)
