@@ -61,6 +61,19 @@ def test_multirun_logs_every_rerun_nested_under_its_sweep(tmp_path, store):
         assert [h.step for h in hist] == list(range(1, 13))
         arts = {a.path for a in client.list_artifacts(r.info.run_id)}
         assert "config.yaml" in arts
+    # each rerun's config artifact is its job's resolved config, as OmegaConf writes it (the second
+    # seed of a recipe reuses the first one's text around its seed line: recipe_audit.app.main)
+    from hydra import compose, initialize_config_dir
+    from mlflow.artifacts import load_text
+    from omegaconf import OmegaConf
+
+    from recipe_audit.app import config_dir
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        for r in reruns:
+            job = compose("config", overrides=[*SMALL, "tracking.card_on_multirun_end=false",
+                                               f"seed={r.data.params['seed']}", f"recipe.lr={r.data.params['recipe.lr']}"])
+            assert load_text(f"{r.info.artifact_uri}/config.yaml") == OmegaConf.to_yaml(job, resolve=True)
     for r in bad:  # a rerun that raised: FAILED, with its error, and the sweep went on
         assert r.info.status == "FAILED"
         assert "NonFiniteLossError" in r.data.tags[keys.TAG_ERROR]
@@ -249,3 +262,24 @@ def test_a_configuration_error_in_a_sweep_closes_its_parent_failed(tmp_path, sto
     assert {r.info.status for r in runs} == {"FAILED"}
     assert "must be positive" in by_kind[keys.KIND_SWEEP].data.tags[keys.TAG_ERROR]
     assert "must be positive" in by_kind[keys.KIND_RERUN].data.tags[keys.TAG_ERROR]
+
+
+def test_jobs_of_one_configuration_share_its_checks_and_no_other_does():
+    """The app checks a configuration and prepares its task once per process
+    (recipe_audit.app.main._recipe_key): the seeds of one configuration share the key; any other
+    value, a key added with '+', a number given as a string, or the seed interpolated elsewhere
+    gives another, so its checks run."""
+    from hydra import compose, initialize_config_dir
+
+    from recipe_audit.app import config_dir
+    from recipe_audit.app import main as app_main
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        def key(*overrides):
+            return app_main._recipe_key(compose("config", overrides=[*SMALL, *overrides]))
+
+        assert key("seed=0") == key("seed=7") == key("seed=4294967295")
+        others = [key("seed=0", o) for o in ("recipe.lr=0.002", "+recipe.lrr=0.001", "+task.options.k=1",
+                                             "+task.options.k='1'", "+x=${seed}")]
+        assert len({key("seed=0"), *others}) == 1 + len(others)
+        assert key("seed=0", "+x=${seed}") != key("seed=1", "+x=${seed}")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import gc
 import logging
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -76,48 +78,42 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
     run_cfg: RunConfig = OmegaConf.to_object(cfg)
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
+    recipe = _recipe_key(cfg)
+    known = _RECIPES.get(recipe)
 
     # Configuration problems are the same for every seed: stop before logging anything (and the
     # options' own checks before importing torch: a mistyped option is answered seconds sooner).
+    # A configuration this process has run already (every value but the seed the same) passed
+    # them: only its seed is checked.
     try:
-        try:
-            threads.parse(run_cfg.threads)  # applied below, after the checks
-        except threads.ThreadsError as exc:
-            raise ConfigurationError(str(exc)) from None
-        stray = unknown_keys(run_cfg)
-        if stray:
-            raise ConfigurationError(f"{', '.join(stray)}: no such option (a misspelt key added with '+'?); "
-                                     "see python -m recipe_audit --cfg job for the options that exist.")
+        if known is None:
+            try:
+                threads.parse(run_cfg.threads)  # applied below, after the checks
+            except threads.ThreadsError as exc:
+                raise ConfigurationError(str(exc)) from None
+            stray = unknown_keys(run_cfg)
+            if stray:
+                raise ConfigurationError(f"{', '.join(stray)}: no such option (a misspelt key added with '+'?); "
+                                         "see python -m recipe_audit --cfg job for the options that exist.")
         if not 0 <= run_cfg.seed < 2**32:
             raise ConfigurationError(f"seed must be a whole number from 0 to 2**32 - 1, not {run_cfg.seed}.")
-        _check_audit(run_cfg.audit)
+        if known is None:
+            _check_audit(run_cfg.audit)
     except ConfigurationError as exc:
         _fail(str(exc), exc)
 
     threads.apply(run_cfg.threads)  # auto: the sweep's decision (recipe_audit/app/threads.py)
-    from recipe_audit.app.task_configs import extra_task_configs
-    from recipe_audit.train.loop import RecipeError, prepare_task, select_audits, train_rerun
+    from recipe_audit.train.loop import RecipeError, train_rerun
     from recipe_audit.train.models import ModelError
-    from recipe_audit.train.shift import prepare_extra_audits
-    from recipe_audit.train.tasks import TaskError
 
-    try:
-        prepared = prepare_task(run_cfg.task, run_cfg.model)
-        audit_sets = select_audits(prepared.task, run_cfg.audit)
-        extra_audits = prepare_extra_audits(
-            extra_task_configs(run_cfg.audit.extra_tasks, run_cfg.audit.extra_task_options),
-            prepared, run_cfg.model)  # task shift (docs/guide/shift.md)
-        scored = [*audit_sets, *(x.name for x in extra_audits)]
-        if run_cfg.audit.primary not in scored:
-            raise ConfigurationError(f"audit.primary '{run_cfg.audit.primary}' is not an audit set this sweep "
-                                     f"scores (it scores {scored}).")
-    except (ConfigurationError, TaskError, ModelError, RecipeError) as exc:
-        _fail(str(exc), exc)
+    if known is None:
+        known = _RECIPES[recipe] = _prepare(run_cfg, cfg)
+    prepared, audit_sets, extra_audits = known.prepared, list(known.audit_sets), known.extra_audits
 
     # The rerun's MLflow run was opened by the recipe_audit callback (recipe_audit.app.callback),
     # on the main process only under a multi-process accelerate launch; every process trains.
     distributed.world_size()  # refuses processes accelerate launched but did not connect
-    logger = _attach_rerun([*audit_sets, *(x.name for x in extra_audits)], cfg)
+    logger = _attach_rerun([*audit_sets, *(x.name for x in extra_audits)], cfg, known.config_yaml(run_cfg.seed))
     _freeze_setup()
     try:
         result = train_rerun(
@@ -149,6 +145,73 @@ def _run_rerun(cfg: DictConfig) -> dict[str, float] | None:
             _stop_if_store_gone(logger.store.uri, run_cfg.seed)
             raise
     return {name: s.accuracy for name, s in result.audits.items()}
+
+
+@dataclass(frozen=True)
+class _Recipe:
+    """What the jobs of one configuration share in this process, found by its first job: the
+    prepared task (:func:`recipe_audit.train.loop.prepare_task`), the audit sets scored, the
+    other tasks' audit sets, and the config artifact's text around its seed line (None when
+    there is no one such line: each job then writes its own)."""
+
+    prepared: Any
+    audit_sets: tuple[str, ...]
+    extra_audits: tuple
+    yaml_around_seed: tuple[str, str] | None
+
+    def config_yaml(self, seed: int) -> str | None:
+        """The ``config.yaml`` of the job with ``seed``: ``OmegaConf.to_yaml(cfg, resolve=True)``,
+        whose only line that differs between the seeds of one configuration is ``seed: <seed>``."""
+        if self.yaml_around_seed is None:
+            return None
+        before, after = self.yaml_around_seed
+        return f"{before}seed: {seed}\n{after}"
+
+
+#: The configurations this process has run, by :func:`_recipe_key`: the jobs of one recipe
+#: (a seed sweep runs many in one process) check it and prepare its task once.
+_RECIPES: dict[str, _Recipe] = {}
+
+
+def _recipe_key(cfg: DictConfig) -> str:
+    """The job's configuration without its seed, every value resolved (``repr`` of the plain
+    containers: ``1`` and ``'1'``, 0.1 and 0.1000001 differ). Two jobs with the same key differ
+    in their seed only, so what the checks and the task preparation found for one holds for the
+    other; a value that differs in any way (a ``+key`` added, an option changed, an interpolation
+    of the seed) gives another key."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain["seed"] = ...  # in its place: the other keys' order is part of the key
+    return repr(plain)
+
+
+def _prepare(run_cfg, cfg: DictConfig) -> _Recipe:
+    """The first job of a configuration in this process: its task prepared, its audit sets
+    chosen and checked (one sentence and exit 2 when they cannot be), its config artifact's text
+    split at its seed line. The jobs with the same :func:`_recipe_key` have the same values in
+    the same order but the seed, so ``OmegaConf.to_yaml`` writes the same lines for them but
+    that one."""
+    from recipe_audit.app.task_configs import extra_task_configs
+    from recipe_audit.train.loop import RecipeError, prepare_task, select_audits
+    from recipe_audit.train.models import ModelError
+    from recipe_audit.train.shift import prepare_extra_audits
+    from recipe_audit.train.tasks import TaskError
+
+    try:
+        prepared = prepare_task(run_cfg.task, run_cfg.model)
+        audit_sets = select_audits(prepared.task, run_cfg.audit)
+        extra_audits = prepare_extra_audits(
+            extra_task_configs(run_cfg.audit.extra_tasks, run_cfg.audit.extra_task_options),
+            prepared, run_cfg.model)  # task shift (docs/guide/shift.md)
+        scored = [*audit_sets, *(x.name for x in extra_audits)]
+        if run_cfg.audit.primary not in scored:
+            raise ConfigurationError(f"audit.primary '{run_cfg.audit.primary}' is not an audit set this sweep "
+                                     f"scores (it scores {scored}).")
+    except (ConfigurationError, TaskError, ModelError, RecipeError) as exc:
+        _fail(str(exc), exc)
+    lines = OmegaConf.to_yaml(cfg, resolve=True).splitlines(keepends=True)
+    at = [i for i, line in enumerate(lines) if line == f"seed: {run_cfg.seed}\n"]  # top level: not indented
+    around = ("".join(lines[:at[0]]), "".join(lines[at[0] + 1:])) if len(at) == 1 else None
+    return _Recipe(prepared, tuple(audit_sets), extra_audits, around)
 
 
 def _check_audit(audit) -> None:
@@ -203,8 +266,10 @@ def _run_acceptance_cell(cfg: DictConfig) -> dict[str, float]:
         raise
 
 
-def _attach_rerun(audit_names, cfg):
-    """A writer for the rerun's run the callback opened for this job (None on other processes)."""
+def _attach_rerun(audit_names, cfg, config_yaml: str | None = None):
+    """A writer for the rerun's run the callback opened for this job (None on other processes).
+    ``config_yaml``: the job's config as ``OmegaConf.to_yaml(cfg, resolve=True)`` writes it,
+    when the caller has it (else written here)."""
     from recipe_audit import keys
     from recipe_audit.app.seams import current_rerun
     from recipe_audit.store import rerun_log, tracking
@@ -218,7 +283,9 @@ def _attach_rerun(audit_names, cfg):
         if audit_names:
             rerun.tags[keys.TAG_AUDIT_SETS] = ",".join(audit_names)  # written when the callback closes the run
         rerun.tags[keys.TAG_THREADS] = str(threads.in_use())  # threads=auto: the sweep's decision
-        logger.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+        if config_yaml is None:
+            config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
+        logger.log_text(config_yaml, "config.yaml")
     except tracking.TrackingError as exc:
         _fail(str(exc), exc)
     except Exception:  # noqa: BLE001 - a server that went away since the callback opened the run
