@@ -369,6 +369,13 @@ THIRD_PARTY_PRIVATE: dict[str, tuple[str, str]] = {
     "module._default_root_dir": (
         "recipe_audit.store.sqlite", "the folder MLflow's file store writes to when given none (the "
         "refusal of a file store in the folder of the rerun's SQLite store must see where it would go)"),
+    "hydra.core.utils._flush_loggers": (
+        "recipe_audit.app.launchers", "the seed launcher's job runner ends a job as Hydra's run_job does, which "
+        "flushes every logging handler with this helper; logging has no public list of its handlers"),
+    "visible.hydra._set_parent": (
+        "recipe_audit.app.launchers", "the seed launcher's job runner sets HydraConfig as HydraConfig.set_config "
+        "does (a copy of the hydra node whose parent is the job's configuration), from a copy made once per "
+        "recipe instead of a masked copy per job; OmegaConf has no public way to set a node's parent"),
     "job._results_timeout_s": (
         "recipe_audit.app.tolerant_submitit", "submitit's local executor waits up to 15 s for a result file "
         "on a network filesystem; a local disk needs none, and no public setting exists"),

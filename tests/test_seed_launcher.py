@@ -139,3 +139,146 @@ def test_override_dirname_is_hydras(kv_sep, item_sep, exclude):
         ["seed=3", "recipe=stable", "audit.taus=[0.6,0.7]", "+x.y='a=b'", "~tracking.uri", "hydra.x=1"])
     assert override_dirname(overrides, kv_sep=kv_sep, item_sep=item_sep, exclude_keys=exclude) == \
         get_overrides_dirname(overrides=overrides, kv_sep=kv_sep, item_sep=item_sep, exclude_keys=exclude)
+
+
+# ----------------------------------------------------------------------------------------------
+# The seed launcher's job runner (run_seed_job) against Hydra's run_job, on the same jobs
+# ----------------------------------------------------------------------------------------------
+
+
+def _tree(node, path: str = "hydra-only") -> list:
+    """Every node of ``node``: its path, class, metadata (types, flags, key, resolvers' cache), value,
+    and whether its parent is the container that holds it."""
+    from omegaconf import DictConfig, ListConfig
+
+    out = [(path, type(node).__name__, repr(node._metadata))]
+    if isinstance(node, (DictConfig, ListConfig)) and not (node._is_none() or node._is_missing()
+                                                           or node._is_interpolation()):
+        keys = list(node.keys()) if isinstance(node, DictConfig) else range(len(node))
+        for key in keys:
+            child = node._get_node(key)
+            out.append((f"{path}.{key}", "parent is its container", child._get_parent() is node))
+            out += _tree(child, f"{path}.{key}")
+    else:
+        out.append((path, "value", repr(node._value())))
+    return out
+
+
+class Recorder:
+    """Hydra's callbacks' place: what on_job_start and on_job_end see, and what the task sees."""
+
+    def __init__(self):
+        self.seen = []
+
+    def _env(self, where, config=None):
+        import logging
+        import os
+
+        from hydra.core.hydra_config import HydraConfig
+
+        hydra_only = HydraConfig.instance().cfg
+        files = [h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+        self.seen.append((where, os.getcwd(), os.environ.get("RA_LEAN_TEST"), files, _tree(hydra_only),
+                          hydra_only.hydra._get_parent() is config if config is not None else None,
+                          None if config is None else _tree(config, "config")))
+
+    def on_job_start(self, config, task_function):
+        self._env("on_job_start", config)
+
+    def on_job_end(self, config, job_return):
+        self._env("on_job_end", config)
+        self.seen.append(("job_return", *_job_return(job_return)))
+
+    def task(self, cfg):
+        import logging
+
+        self._env("task")
+        self.seen.append(("task config", _tree(cfg, "task")))
+        logging.getLogger("lean_test").info("the task of seed %s", cfg.seed)
+        if cfg.seed == 7:
+            raise ValueError("seed 7 fails")
+        return cfg.seed * 0.5
+
+
+def _job_return(ret) -> tuple:
+    return (ret.overrides, ret.working_dir, ret.task_name, ret.status, repr(ret._return_value),
+            _tree(ret.cfg, "cfg"), _tree(ret.hydra_cfg))
+
+
+def _outputs(job_dir) -> dict:
+    """The job directory's files; the log's timestamps left out."""
+    import re
+    from pathlib import Path
+
+    return {str(p.relative_to(job_dir)): re.sub(r"^\[[^]]*\]", "[time]", p.read_text(), flags=re.M)
+            for p in sorted(Path(job_dir).rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def restored_process():
+    """The working directory, environment and root logger as they were (the jobs configure logging)."""
+    import logging
+    import os
+
+    root = logging.getLogger()
+    saved = (os.getcwd(), dict(os.environ), root.level, root.handlers[:])
+    yield
+    for handler in root.handlers:
+        if handler not in saved[3]:
+            handler.close()
+    os.chdir(saved[0])
+    os.environ.clear()
+    os.environ.update(saved[1])
+    root.setLevel(saved[2])
+    root.handlers[:] = saved[3]
+
+
+@pytest.mark.parametrize("extra", [
+    [],
+    ["hydra.job.chdir=true", "+hydra.job.env_set.RA_LEAN_TEST=on"],
+    ["hydra.output_subdir=null", "hydra.sweep.subdir=${hydra:job.override_dirname}_${seed}"],
+], ids=["default", "chdir-env_set", "no-output_subdir-subdir_interpolated"])
+def test_seed_jobs_run_as_hydras_run_job_runs_them(tmp_path, restored_process, extra):
+    """Each job run by Hydra's run_job (composed by Hydra) and by the seed launcher (composed once per
+    recipe, the other seeds derived, run by run_seed_job), one after the other in the same directory:
+    the same files (.hydra/ byte for byte, the job's log), JobReturn, and the same configuration,
+    HydraConfig, working directory, environment and log file for the callbacks and the task; a
+    raising task (seed 7) recorded FAILED by both."""
+    import shutil
+
+    from hydra.core.utils import run_job, setup_globals
+    from hydra.types import HydraContext
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    recipes = [["recipe=default", "audit.taus=[0.6,0.7]"], ["recipe=stable", "audit.taus=[0.6,0.7]"],
+               ["+note='two words'"]]  # a space in override_dirname: hydra.yaml rendered whole
+    jobs = [[f"seed={s}", *r] for s in (0, 3, 7) for r in recipes]
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", overrides=[f"hydra.sweep.dir={tmp_path / 'sweep'}", *extra],
+                                           run_mode=RunMode.MULTIRUN)
+        setup_globals()
+        hydras, leans = Recorder(), Recorder()
+        launcher = SeedLauncherBase()
+        launcher.setup(hydra_context=HydraContext(config_loader=loader, callbacks=leans), task_function=leans.task,
+                       config=master)
+        for idx, job in enumerate(jobs):
+            cfg = loader.load_sweep_config(master, list(job))
+            cfg.hydra.job.id, cfg.hydra.job.num = idx, idx
+            want = run_job(hydra_context=HydraContext(config_loader=loader, callbacks=hydras), task_function=hydras.task,
+                           config=cfg, job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+            job_dir = want.hydra_cfg.hydra.runtime.output_dir
+            files = _outputs(job_dir)
+            shutil.rmtree(job_dir)
+            got = launcher.run(idx, list(job), job_id=idx)
+            assert got.hydra_cfg.hydra.runtime.output_dir == job_dir
+            assert _outputs(job_dir) == files, job
+            assert _job_return(got) == _job_return(want), job
+            assert hydras.seen == leans.seen, job
+            assert len(files) == (1 if "hydra.output_subdir=null" in extra else 4), files
+        assert [w[0] for w in leans.seen].count("job_return") == len(jobs)
+        # the recipes' marked renderings were used where each value is one token
+        assert [bool(r.marked) for r in launcher._recipes.values()] == \
+            ([False] * 3 if "hydra.output_subdir=null" in extra else [True, True, False])
+    GlobalHydra.instance().clear()
