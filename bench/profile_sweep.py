@@ -1,7 +1,8 @@
 """Where the time of ``python -m recipe_audit -m ...`` goes, per job and once a sweep.
 
 Runs the built-in app in this process, as ``python -m recipe_audit`` does, with the arguments
-after ``--``, and prints one table: a job's whole time in Hydra's ``run_job``, its training, and
+after ``--``, and prints one table: a job's whole time in its runner (the seed launcher's
+``run_seed_job``, or Hydra's ``run_job`` for a job it does not run), its training, and
 the per-job work around it (threads, the prepared task, the callback's hooks, the rerun logger's
 ``log_result``, the seed launcher's job config), then the sweep's start and end. Three ways:
 
@@ -13,8 +14,8 @@ the per-job work around it (threads, the prepared task, the callback's hooks, th
   they cost, as near as one can tell from inside);
 * ``--phases``: no profiler: the process's CPU time cut at the callback's hooks into the sweep's
   phases (start-up, ``on_multirun_start``, each job's ``on_job_start``, its task with the
-  training (``train_rerun``) apart, ``on_job_end``, what lies between two jobs: Hydra's
-  ``run_job`` around the hooks and the launcher's job config, ``on_multirun_end``), with the
+  training (``train_rerun``) apart, ``on_job_end``, what lies between two jobs: the job runner
+  around the hooks and the launcher's job config, ``on_multirun_end``), with the
   garbage collector's CPU time and collections (generation 0, 1, 2) in each; the phases add up
   to the process's CPU time from the start of this script.
 
@@ -38,7 +39,8 @@ from collections import defaultdict
 
 #: (label, the function as pstats names it, per job?)
 ROWS = [
-    ("Hydra's run_job: a job, whole", r"hydra/core/utils\.py:\d+\(run_job\)", True),
+    ("a job, whole (run_seed_job or Hydra's run_job)",
+     r"hydra/core/utils\.py:\d+\(run_job\)|app/launchers\.py:\d+\(run_seed_job\)", True),
     ("train_rerun: training and scoring", r"train/loop\.py:\d+\(train_rerun\)", True),
     ("app/threads.py: apply", r"app/threads\.py:\d+\(apply\)", True),
     ("train/loop.py: prepare_task", r"train/loop\.py:\d+\(prepare_task\)", True),
@@ -118,6 +120,7 @@ def _timed_run(args: list[str]) -> str:
     }
     for label, (owner, attr) in targets.items():
         wrap(owner, attr, label)
+    wrap(launchers, "run_seed_job", ROWS[0][0])  # the seed launcher's jobs; run_job runs any other
     _run_app(args)
     jobs = int(spent[ROWS[0][0]][0]) or 1
     lines = ["| | calls | CPU | wall |", "|---|---|---|---|"]
@@ -180,14 +183,14 @@ def _phases_run(args: list[str]) -> str:
     names = {  # the span between two marks -> its phase
         ("start", "on_multirun_start starts"): "start-up (Hydra, the app's config)",
         ("on_multirun_start starts", "on_multirun_start ends"): "on_multirun_start (once)",
-        ("on_multirun_start ends", "on_job_start starts"): "between jobs (Hydra's run_job, job config)",
-        ("on_job_end ends", "on_job_start starts"): "between jobs (Hydra's run_job, job config)",
+        ("on_multirun_start ends", "on_job_start starts"): "between jobs (job runner, job config)",
+        ("on_job_end ends", "on_job_start starts"): "between jobs (job runner, job config)",
         ("on_job_start starts", "on_job_start ends"): "on_job_start",
         ("on_job_start ends", "train_rerun starts"): "the task before training",
         ("train_rerun starts", "train_rerun ends"): "train_rerun: training and scoring",
         ("train_rerun ends", "on_job_end starts"): "the task after training",
         ("on_job_end starts", "on_job_end ends"): "on_job_end",
-        ("on_job_end ends", "on_multirun_end starts"): "between jobs (Hydra's run_job, job config)",
+        ("on_job_end ends", "on_multirun_end starts"): "between jobs (job runner, job config)",
         ("on_multirun_end starts", "on_multirun_end ends"): "on_multirun_end (once: the card)",
         ("on_multirun_end ends", "end"): "after the sweep",
     }

@@ -8,11 +8,13 @@ benchmarks page has the numbers) and is a visible share of a short rerun. The jo
 sweep differ only in ``seed``, so this
 launcher composes the first job of each recipe with Hydra and derives every other seed's
 configuration from it, setting what ``load_sweep_config`` would have set differently: the
-``seed`` value, the job's task overrides and ``hydra.job.override_dirname``. Everything else
-(logging set-up, job numbering, output directories, ``run_job``, callbacks) is Hydra's, as in
+``seed`` value, the job's task overrides and ``hydra.job.override_dirname``. Such a job is run
+by :func:`run_seed_job`, which does what Hydra's ``run_job`` does from pieces of the recipe kept
+once (see there); job numbering, logging set-up between jobs and callbacks are as in Hydra's
 ``BasicLauncher``. A job whose overrides differ from a composed one in anything but a plain
-integer ``seed=N`` is composed by Hydra. ``tests/test_seed_launcher.py`` checks derived
-configurations equal Hydra's composition.
+integer ``seed=N`` is composed by Hydra and run by Hydra's ``run_job``.
+``tests/test_seed_launcher.py`` checks derived configurations equal Hydra's composition, and that
+both runners write and show the same.
 """
 
 from __future__ import annotations
