@@ -166,7 +166,7 @@ class Recipe:
         self.seed_in_dirname = SEED not in exclude
         #: config.yaml's and hydra.yaml's texts with marks (:meth:`yaml_files`): [] until the first
         #: job, None where the whole documents are rendered
-        self.marked: list[tuple[str, list[str]]] | None = []
+        self.marked: list[tuple[list[str], list[int]]] | None = []
 
     def job_config(self, seed_line: str) -> DictConfig:
         """The composed configuration with ``seed_line``'s seed: the seed value, the task
@@ -218,7 +218,8 @@ class Recipe:
 
         The recipe's two documents are rendered once, each of those values replaced by a mark (a
         value of its type whose text occurs nowhere else in the document), and a job's are those
-        texts with each mark's text replaced by its value's. That is the job's rendering when every
+        texts with each mark's text replaced by its value's (cut once at the marks, so that a
+        value's text is never searched). That is the job's rendering when every
         value is written as one token (YAML's plain or single-quoted style, no space, no line
         break: a mapping's value or a sequence's item in block style is then written as it would
         be alone, and nothing around it changes with its length); a value that is not is rendered
@@ -236,18 +237,16 @@ class Recipe:
 
     def _render(self, task_cfg: DictConfig, hydra_cfg: DictConfig) -> tuple[str, str] | None:
         texts = []
-        for (text, marks), values in zip(self.marked, self.varying(task_cfg, hydra_cfg), strict=True):
+        for (pieces, order), values in zip(self.marked, self.varying(task_cfg, hydra_cfg), strict=True):
             tokens = yaml_tokens(values)
             if tokens is None:
                 return None
-            for mark, token in zip(marks, tokens, strict=True):
-                text = text.replace(mark, token)
-            texts.append(text)
+            texts.append("".join(p + tokens[i] for p, i in zip(pieces, order, strict=False)) + pieces[-1])
         return texts[0], texts[1]
 
-    def _marked(self, job_id, job_num) -> list[tuple[str, list[str]]] | None:
-        """Each document with marks in place of :meth:`varying`'s values, and the marks' texts
-        (None: a mark that is not one token occurring once)."""
+    def _marked(self, job_id, job_num) -> list[tuple[list[str], list[int]]] | None:
+        """Each document cut at the marks put in place of :meth:`varying`'s values: the text around
+        them and which value comes at each cut (None: a mark that is not one token occurring once)."""
         def mark(like, n: int):
             return _MARK_INT + n if isinstance(like, int) else f"recipe_audit_mark_{n}_{_MARK_INT}"
 
@@ -261,7 +260,14 @@ class Recipe:
             text, tokens = OmegaConf.to_yaml(cfg), yaml_tokens(values)
             if tokens is None or any(text.count(t) != 1 for t in tokens):
                 return None
-            marked.append((text, tokens))
+            cuts = sorted((text.index(t), i) for i, t in enumerate(tokens))
+            pieces, at = [], 0
+            for start, i in cuts:
+                if start < at:  # marks that overlap
+                    return None
+                pieces.append(text[at:start])
+                at = start + len(tokens[i])
+            marked.append((pieces + [text[at:]], [i for _, i in cuts]))
         return marked
 
 
