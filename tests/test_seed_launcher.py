@@ -80,6 +80,24 @@ def test_a_derived_configuration_is_not_shared(hydra_loader):
     assert OmegaConf.to_yaml(second) == OmegaConf.to_yaml(loader.load_sweep_config(master, ["seed=1"]))
 
 
+def test_the_sweepers_compositions_are_the_launchers(hydra_loader):
+    """The seed sweeper composes one job per recipe before the batch runs; the seed launcher keeps
+    those compositions, so a recipe is composed once a sweep (not again when its first job runs)."""
+    from recipe_audit.app.sweepers import validate_recipes
+
+    loader, master = hydra_loader
+    launcher, counting = _launcher(loader, master)
+    sweeper = type("Sweeper", (), {"launcher": launcher, "config": master, "hydra_context": launcher.hydra_context})()
+    validate_recipes(sweeper, JOBS)
+    assert counting.composed == [JOBS[0], JOBS[1]]
+    for job in JOBS:
+        got = launcher.job_config(list(job))
+        assert OmegaConf.to_yaml(got) == OmegaConf.to_yaml(loader.load_sweep_config(master, list(job))), job
+    assert counting.composed == [JOBS[0], JOBS[1]]
+    with pytest.raises(Exception, match="seed=x"):  # a bad seed: composed, and Hydra's error raised, as before
+        validate_recipes(sweeper, [*JOBS, ["seed=x", *JOBS[0][1:]]])
+
+
 @pytest.mark.parametrize("job", [["seed=x"], ["+seed=3"], ["seed=3", "seed=4"], ["seed=true"], ["seed=1.5"]])
 def test_anything_but_a_plain_integer_seed_is_composed_by_hydra(hydra_loader, job):
     loader, master = hydra_loader

@@ -29,7 +29,7 @@ from hydra.errors import HydraException
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
-from recipe_audit.app.launchers import plain_int_seed
+from recipe_audit.app.launchers import SeedLauncherBase, plain_int_seed
 
 
 def check_curtail_options(batch_size: Any, stop_on: Any, max_reruns: Any, n_seeds: int | None = None) -> None:
@@ -78,7 +78,10 @@ def validate_recipes(sweeper: Sweeper, batch: Sequence[Sequence[str]]) -> None:
     only in ``seed`` compose identically up to that integer, so composing the first of each
     recipe catches every composition error but a bad seed, which is checked here directly (a
     seed that is not an integer composes its job, so Hydra reports it as usual). Saves one of
-    Hydra's two compositions of each job (a composition: ``bench/bench_compose.py``)."""
+    Hydra's two compositions of each job (a composition: ``bench/bench_compose.py``). With the
+    seed launcher (:class:`recipe_audit.app.launchers.SeedLauncherBase`, in this process) the
+    compositions are the launcher's own: it keeps each recipe's and derives every job from it,
+    the recipe's first job included, so a recipe is composed once a sweep."""
     first: dict[tuple[str, ...], list[str]] = {}
     to_compose: list[list[str]] = []
     for job in batch:
@@ -89,7 +92,12 @@ def validate_recipes(sweeper: Sweeper, batch: Sequence[Sequence[str]]) -> None:
             to_compose.append(list(job))
         elif len(seeds) != 1 or plain_int_seed(seeds[0]) is None:
             to_compose.append(list(job))
-    Sweeper.validate_batch_is_legal(sweeper, to_compose)
+    launcher = getattr(sweeper, "launcher", None)
+    if not isinstance(launcher, SeedLauncherBase):
+        Sweeper.validate_batch_is_legal(sweeper, to_compose)
+        return
+    for job in to_compose:  # as Sweeper.validate_batch_is_legal: load_sweep_config of each job
+        launcher.job_config(list(job))
 
 
 class RecipeSweeperBase(Sweeper):
