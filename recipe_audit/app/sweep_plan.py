@@ -47,11 +47,48 @@ def select_str(d: Mapping[str, Any], dotted: str) -> str | None:
 
 
 def job_config(config: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The job's config without Hydra's node: resolved, and as written (interpolations unresolved)."""
-    task = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
-    raw = OmegaConf.to_container(task, resolve=False)
-    resolved = OmegaConf.to_container(task, resolve=True)
+    """The job's config without Hydra's node: resolved, and as written (interpolations unresolved).
+
+    What the task function sees (Hydra removes its node from the task's config), resolved as in a
+    copy of the config without that node. Each section is read in place, without copying it (the
+    copy cost about three quarters of this function's time, every job): its interpolations
+    resolve against the same keys as in the copy. The one thing the copy resolves differently is
+    a reference to Hydra's node itself (``${hydra.job.name}``; the task cannot resolve it either),
+    so a config with such a string is read from the copy, as before."""
+    keys = [k for k in config if k != "hydra"]
+    nodes = dict(config.items_ex(resolve=False))  # a section's node, a value as written
+    sections = [k for k in keys if OmegaConf.is_config(nodes[k]) and not OmegaConf.is_interpolation(config, k)
+                and not OmegaConf.is_missing(config, k) and config[k] is not None]
+    leaves = [k for k in keys if k not in sections]
+    raw_leaves = OmegaConf.to_container(OmegaConf.masked_copy(config, leaves), resolve=False)  # a few values
+    raw = {k: raw_leaves[k] if k in raw_leaves else OmegaConf.to_container(config[k], resolve=False) for k in keys}
+    if _refers_to_hydras_node(raw):
+        task = OmegaConf.masked_copy(config, keys)
+        return OmegaConf.to_container(task, resolve=True), OmegaConf.to_container(task, resolve=False)
+    resolved = {k: _resolved(config, k) for k in keys}
     return resolved, raw
+
+
+def _resolved(config: DictConfig, key: str) -> Any:
+    """``config[key]`` resolved in place, as ``OmegaConf.to_container(..., resolve=True)`` gives it
+    (a mandatory value left unset stays ``???``)."""
+    if OmegaConf.is_missing(config, key):
+        return "???"
+    value = config[key]
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def _refers_to_hydras_node(raw: Any) -> bool:
+    """Whether a string of ``raw`` (a config as written) may interpolate Hydra's node by its key
+    (``${hydra.job.name}``, ``${oc.select:hydra.x}``; Hydra's resolver, ``${hydra:job.name}``,
+    is not its node)."""
+    if isinstance(raw, str):
+        return "${" in raw and "hydra." in raw
+    if isinstance(raw, dict):
+        return any(_refers_to_hydras_node(v) for v in raw.values())
+    if isinstance(raw, list):
+        return any(_refers_to_hydras_node(v) for v in raw)
+    return False
 
 
 def seed_override(config: DictConfig, seed_key: str) -> str | None:

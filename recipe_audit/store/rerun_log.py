@@ -17,7 +17,7 @@ from typing import Any
 
 from recipe_audit import keys
 from recipe_audit.errors import error_line
-from recipe_audit.store.rerun_runs import flatten
+from recipe_audit.store.rerun_runs import flatten, held_writes
 from recipe_audit.store.sweeps import SweepInfo
 from recipe_audit.store.tracking import MAX_METRICS_PER_CALL, MAX_PARAMS_PER_CALL, Store, use_tracking_uri
 
@@ -72,6 +72,9 @@ class RerunLogger:
         self._pending: list = []
         self._last_flush = time.monotonic()
         self._started = False  # a training step has been written
+        # the run's close, when this process makes it (the Hydra callback opened the run here)
+        self._held = held_writes(run_id)
+        self._not_sole = False  # something wrote to the run that this logger's metrics do not show
 
     def log_step(self, step: int, loss: float, flush_every_s: float = 15.0) -> None:
         """Buffer the training loss; flushed in batches (per-step calls would dominate a
@@ -89,9 +92,21 @@ class RerunLogger:
         while self._pending:
             batch, self._pending = self._pending[:MAX_METRICS_PER_CALL], self._pending[MAX_METRICS_PER_CALL:]
             self.client.log_batch(self.run_id, metrics=batch)
+            if self._held is not None:
+                self._held.note(batch)
         self._last_flush = time.monotonic()
 
     def log_result(self, result) -> None:
+        """The rerun's results (its training time; accuracy, majority rate and constant fraction on
+        each audit set) and the training steps not yet written.
+
+        In the process that will close the run (the Hydra callback opened it here), they are
+        handed to that close (:class:`recipe_audit.store.rerun_runs.HeldWrites`), which writes
+        them in its one ``log_batch`` with the params and tags, before the run's status; and,
+        unless this logger saw another writer (:meth:`log_params`, :meth:`log_table`,
+        :meth:`log_model`), it declares itself the run's only writer of metrics and params: the
+        built-in task writes nothing else, so the close need not read the run back. Elsewhere
+        they are written now."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -101,12 +116,35 @@ class RerunLogger:
                         Metric(keys.majority_rate_key(name), score.majority_rate, now, result.steps),
                         Metric(keys.constant_fraction_key(name), score.pred_mode_share, now, result.steps)]
         self._pending.extend(metrics)
-        self.flush()
+        if self._held is None:
+            self.flush()
+            return
+        handed, self._pending = self._pending, []
+        self._held.metrics.extend(handed)
+        self._held.note(handed)
+        self._held.sole = not self._not_sole
+        self._last_flush = time.monotonic()
+
+    def _another_writer(self) -> None:
+        """Something other than this logger's metrics writes to the run (MLflow's own API, params):
+        what was handed to the close is written now, in order, and the close reads the run back."""
+        self._not_sole = True
+        if self._held is not None:
+            self._held.sole = False
+            self._write_handed()
+
+    def _write_handed(self) -> None:
+        """What was handed to the close, written now (before what is pending)."""
+        if self._held is not None and self._held.metrics:
+            handed, self._held.metrics = self._held.metrics, []
+            self._pending[:0] = handed
+            self.flush()
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log params (values as strings, cut to MLflow's 6,000 characters)."""
         from mlflow.entities import Param
 
+        self._another_writer()
         batch = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
         for i in range(0, len(batch), MAX_PARAMS_PER_CALL):
             self.client.log_batch(self.run_id, params=batch[i:i + MAX_PARAMS_PER_CALL])
@@ -135,6 +173,7 @@ class RerunLogger:
 
     def log_table(self, data, artifact_file: str) -> None:
         """Log a DataFrame as an MLflow table artifact (``mlflow.load_table`` reads it back)."""
+        self._another_writer()
         self.client.log_table(self.run_id, data, artifact_file)
 
     def log_text(self, text: str, artifact_file: str) -> None:
@@ -173,6 +212,7 @@ class RerunLogger:
 
         import mlflow
 
+        self._another_writer()  # MLflow's own API writes into the run from here on
         if hasattr(model, "merge_and_unload"):  # peft: plain transformers weights, adapters merged
             model = model.merge_and_unload()
         model.eval()
@@ -226,11 +266,13 @@ class RerunLogger:
                "repository.\n"))
 
     def finish(self) -> None:
+        self._write_handed()
         self.flush()
         self.client.set_terminated(self.run_id, "FINISHED")
 
     def fail(self, exc: BaseException) -> None:
         try:
+            self._write_handed()
             self.flush()
         except Exception:  # the run is failing anyway; keep the error that matters
             pass

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from recipe_audit import keys
 from recipe_audit.errors import error_line
 from recipe_audit.store.sweeps import SweepInfo
-from recipe_audit.store.tracking import MAX_PARAMS_PER_CALL, Store, client_for
+from recipe_audit.store.tracking import MAX_METRICS_PER_CALL, MAX_PARAMS_PER_CALL, Store, client_for
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -79,9 +79,59 @@ def rerun_tags(new: NewRerun, placed: Mapping[str, str] | None = None, sweep: Sw
 def open_rerun(store: Store, new: NewRerun, *, placed: Mapping[str, str] | None = None,
                sweep: SweepInfo | None = None) -> tuple[str, str]:
     """Open a job's rerun run (nested under ``sweep``'s parent run when there is one); returns its
-    run id and artifact URI."""
+    run id and artifact URI. This process will close it (:func:`close_rerun`): a writer of this
+    process may hand its last metrics to that close (:func:`held_writes`)."""
     run = store.client.create_run(store.experiment_id, run_name=new.run_name, tags=rerun_tags(new, placed, sweep))
+    _HELD[run.info.run_id] = HeldWrites()
     return run.info.run_id, run.info.artifact_uri
+
+
+class HeldWrites:
+    """Metrics a writer in the process that will close a rerun (the built-in trainer's rerun
+    logger, :mod:`recipe_audit.store.rerun_log`) hands to that close, and what it knows the run
+    holds.
+
+    The close writes ``metrics`` in its own ``log_batch``, before the run's status: a rerun's
+    last metrics and its params and tags go in one call instead of two, each with its value,
+    step and timestamp as the writer made them. A process killed before the close leaves the run
+    RUNNING, which the sweep's end closes KILLED (an unfinished rerun, as any rerun killed
+    before its end).
+
+    ``sole``: the writer has declared that every metric and param the run holds went through it
+    (:meth:`note` saw each one), so the close of a run in a SQL store takes what the run holds
+    from :meth:`latest` instead of reading the run back (``get_run``). Only the built-in trainer
+    declares it; a task logging through MLflow's own API never does."""
+
+    def __init__(self) -> None:
+        self.metrics: list = []  # mlflow.entities.Metric, for the close's batch
+        self.sole = False
+        self._latest: dict[str, tuple[tuple[int, int, float], float]] = {}
+
+    def note(self, metrics: Iterable[Any]) -> None:
+        """The writer wrote (or handed over) ``metrics``, in this order: each key's latest value as
+        MLflow's SQL store keeps it (the largest step, then timestamp, then value, the first of
+        equals; NaN compared as 0, an infinity stored as the largest float)."""
+        for m in metrics:
+            value = float(m.value)
+            stored = 0.0 if math.isnan(value) else max(-_FLOAT_MAX, min(_FLOAT_MAX, value))
+            order = (int(m.step), int(m.timestamp), stored)
+            seen = self._latest.get(m.key)
+            if seen is None or order > seen[0]:
+                self._latest[m.key] = (order, value if math.isnan(value) else stored)
+
+    def latest(self) -> dict[str, float]:
+        """Each metric's latest value, as ``get_run(...).data.metrics`` would give it."""
+        return {k: v for k, (_order, v) in self._latest.items()}
+
+
+_FLOAT_MAX = 1.7976931348623157e308
+_HELD: dict[str, HeldWrites] = {}  # run id -> what is handed to its close, for the runs this process opened
+
+
+def held_writes(run_id: str) -> HeldWrites | None:
+    """What a writer of this process hands to the close of ``run_id`` (None: this process did not
+    open it, or has closed it)."""
+    return _HELD.get(run_id)
 
 
 def mark_failed(store: Store, run_id: str) -> None:
@@ -237,8 +287,17 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
     from mlflow.entities import Metric, Param, RunTag
 
     client = store.client
-    run = client.get_run(run_id)
-    logged = dict(run.data.metrics)
+    held = _HELD.pop(run_id, None)
+    held_metrics = held.metrics if held is not None else []
+    if held is not None and held.sole and _sql_store(store.uri):  # the writer knows all the run holds
+        logged, have = held.latest(), set()
+    else:
+        if held_metrics:  # the run may hold others' writes too: the handed metrics first, then read it back
+            for m, p, t in _batches(held_metrics, [], []):
+                client.log_batch(run_id, metrics=m, params=p, tags=t)
+            held_metrics = []
+        run = client.get_run(run_id)
+        logged, have = dict(run.data.metrics), set(run.data.params)
     disagreeing = [(m, logged[m], (returned or {})[m]) for m in metrics
                    if m in logged and m in (returned or {}) and not _same_value(logged[m], returned[m])]
     now = int(time.time() * 1000)
@@ -246,7 +305,7 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
                      if k not in logged and _PARAM_KEY_OK.match(k)]
     for m in batch_metrics:
         logged[m.key] = m.value
-    have = set(run.data.params)
+    batch_metrics = [*held_metrics, *batch_metrics]
     batch_params = [Param(k, v[:6000]) for k, v in sorted((params or {}).items())
                     if k not in have and _PARAM_KEY_OK.match(k)]
     outcome: dict[str, Any] = {"run_id": run_id, "status": "FINISHED",
@@ -267,11 +326,9 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
     error_text = "".join(traceback.format_exception(error)) if error is not None else None
 
     def write() -> None:
-        # one write for all of it (params, metrics and tags go in one transaction on a SQL store)
-        for i in range(0, max(len(batch_params), len(batch_metrics), len(batch_tags), 1), MAX_PARAMS_PER_CALL):
-            client.log_batch(run_id, metrics=batch_metrics[i:i + MAX_PARAMS_PER_CALL],
-                             params=batch_params[i:i + MAX_PARAMS_PER_CALL],
-                             tags=batch_tags[i:i + MAX_PARAMS_PER_CALL])
+        # one write for all of it (params, metrics and tags go in one call; MLflow's limits per call)
+        for m, p, t in _batches(batch_metrics, batch_params, batch_tags):
+            client.log_batch(run_id, metrics=m, params=p, tags=t)
         if error_text is not None:
             try:
                 client.log_text(run_id, error_text, "error.txt")
@@ -282,6 +339,27 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
     write()
     return outcome
 
+
+
+def _batches(metrics: list, params: list, tags: list):
+    """``(metrics, params, tags)`` in ``log_batch`` calls within MLflow's limits (100 params, 100
+    tags, 1,000 metrics and 1,000 entries in all a call); one call at least."""
+    while True:
+        p, params = params[:MAX_PARAMS_PER_CALL], params[MAX_PARAMS_PER_CALL:]
+        t, tags = tags[:MAX_PARAMS_PER_CALL], tags[MAX_PARAMS_PER_CALL:]
+        room = MAX_METRICS_PER_CALL - len(p) - len(t)
+        m, metrics = metrics[:room], metrics[room:]
+        yield m, p, t
+        if not (metrics or params or tags):
+            return
+
+
+def _sql_store(uri: str) -> bool:
+    """Whether ``uri`` is a database MLflow's SQL store writes (its latest-metric rule is the one
+    :meth:`HeldWrites.note` follows); a server's store may be another kind."""
+    from mlflow.store.db.db_types import DATABASE_ENGINES
+
+    return uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_ENGINES
 
 
 def _same_value(logged: float, returned: float) -> bool:
