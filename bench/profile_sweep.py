@@ -17,7 +17,9 @@ the per-job work around it (threads, the prepared task, the callback's hooks, th
   training (``train_rerun``) apart, ``on_job_end``, what lies between two jobs: the job runner
   around the hooks and the launcher's job config, ``on_multirun_end``), with the
   garbage collector's CPU time and collections (generation 0, 1, 2) in each; the phases add up
-  to the process's CPU time from the start of this script.
+  to the process's CPU time from the start of this script. A last line gives the median span from
+  one job's ``on_job_end`` to the next one's ``on_job_start``, and the span before the first job
+  (the sweeper, the first recipe's composition, the launch), which the between-jobs row also holds.
 
 A time "a job" is the total over the sweep's jobs divided by their number: a function that does
 its work in the first job only (an import, a cache filled once) shows there as its one-off cost
@@ -195,7 +197,13 @@ def _phases_run(args: list[str]) -> str:
         ("on_multirun_end ends", "end"): "after the sweep",
     }
     spans: dict[str, list] = {}
+    from_job_to_job = []  # CPU seconds of each span from one job's on_job_end to the next's on_job_start
+    first = None  # the span before the first job's on_job_start: the sweeper, compositions, the launch
     for (a, ca, ga, na), (b, cb, gb, nb) in itertools.pairwise(marks):
+        if (a, b) == ("on_job_end ends", "on_job_start starts"):
+            from_job_to_job.append(cb - ca)
+        elif (a, b) == ("on_multirun_start ends", "on_job_start starts"):
+            first = cb - ca
         row = spans.setdefault(names.get((a, b), f"{a} -> {b}"), [0, 0.0, 0.0, [0, 0, 0]])
         row[0] += 1
         row[1] += cb - ca
@@ -207,6 +215,11 @@ def _phases_run(args: list[str]) -> str:
     total = marks[-1][1] - marks[0][1]
     lines.append(f"| all | | {total:,.3f} s | {marks[-1][2] - marks[0][2]:,.3f} s | "
                  f"{', '.join(str(x - y) for x, y in zip(marks[-1][3], marks[0][3], strict=True))} |")
+    if from_job_to_job:  # the between-jobs row less its first span (the sweeper, the recipes' compositions)
+        ms = sorted(x * 1000 for x in from_job_to_job)
+        lines.append(f"\nbetween jobs, from one job's on_job_end to the next's on_job_start ({len(ms)} times): "
+                     f"median {ms[len(ms) // 2]:,.1f} ms CPU (min {ms[0]:,.1f}, max {ms[-1]:,.1f}); before the "
+                     f"first job: {(first or 0) * 1000:,.1f} ms")
     return "\n".join(lines)
 
 
