@@ -283,7 +283,9 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
     job returned and what is accepted). ``disagree``: for a job that ended without error, whose
     returned value of one of ``metrics`` is not the value its run holds (the task logged another
     one, in a run of its own MLflow resumed as the rerun's), maps ``(metric, logged, returned)``
-    to the error the run is then recorded FAILED with; neither value is chosen in silence."""
+    to the error the run is then recorded FAILED with; neither value is chosen in silence.
+    What a writer of this process handed to the close (:class:`HeldWrites`) is written in the
+    same batch, and the run is read back (``get_run``) unless that writer is its only one."""
     from mlflow.entities import Metric, Param, RunTag
 
     client = store.client
