@@ -266,6 +266,7 @@ class RecipeAuditCallback(Callback):
                          len(sweep.planned_seeds))
             if not left:
                 self.sweep = sweep
+                self._launched_ms = int(time.time() * 1000)  # this launch runs no attempt: none was killed
                 if rank() == 0:
                     log.info("every planned seed has a finished rerun: nothing to run")
                     self.on_multirun_end(config)
