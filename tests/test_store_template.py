@@ -115,6 +115,6 @@ def test_the_template_is_keyed_by_mlflows_version_and_schema(own_cache, monkeypa
     monkeypatch.setattr(mlflow, "__version__", "0.0.other")
     assert sqlite.template().name == f"mlflow-0.0.other-{head}.db"
     # a newer schema under the same version: another file, which a template at `head` cannot pass for
-    monkeypatch.setattr(utils, "_get_latest_schema_revision", lambda: "newer")
+    monkeypatch.setattr(sqlite, "schema_head", lambda: "newer")  # MLflow's, read once per process
     assert sqlite.template() is None and own_cache[-1] == "mlflow-0.0.other-newer.db"
     assert len(own_cache) == 3

@@ -14,9 +14,8 @@ from pathlib import Path
 
 log = logging.getLogger("recipe_audit")
 
-try:
+try:  # Hydra's class only: joblib itself is imported when the launcher runs (Hydra imports this module in every app)
     from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
-    from joblib.externals.loky.process_executor import TerminatedWorkerError
 except ImportError:  # pip install 'recipe_audit[parallel]'
     JoblibLauncher = None
 
@@ -35,6 +34,7 @@ if JoblibLauncher is not None:
             from hydra.core.utils import configure_log, filter_overrides, setup_globals
             from hydra_plugins.hydra_joblib_launcher._core import process_joblib_cfg
             from joblib import Parallel, delayed
+            from joblib.externals.loky.process_executor import TerminatedWorkerError
 
 
             setup_globals()

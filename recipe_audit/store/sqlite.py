@@ -127,9 +127,8 @@ def template() -> Path | None:
     processes making it at once each rename a whole file."""
     try:
         import mlflow
-        from mlflow.store.db.utils import _get_latest_schema_revision
 
-        head = _get_latest_schema_revision()
+        head = schema_head()
         path = cache_dir() / f"mlflow-{mlflow.__version__}-{head}.db"
         if not _is_template(path, head):
             _make_template(path)
@@ -138,6 +137,15 @@ def template() -> Path | None:
         return path
     except Exception:  # noqa: BLE001 - no cache: MLflow makes the store's tables itself
         return None
+
+
+@functools.cache
+def schema_head() -> str:
+    """The latest revision of MLflow's tables, as this MLflow's migrations name it: read once per
+    process (alembic loads every migration script to find it, 15 ms each time)."""
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    return _get_latest_schema_revision()
 
 
 def _make_template(path: Path) -> None:
@@ -193,9 +201,7 @@ def _wait_for_migration(db: Path, quiet_s: float = 10.0, limit_s: float = 120.0)
 
     if time.time() - db.stat().st_mtime > quiet_s:  # a store no one is writing: nothing to wait for
         return
-    from mlflow.store.db.utils import _get_latest_schema_revision
-
-    head = _get_latest_schema_revision()
+    head = schema_head()
     t0 = time.monotonic()
     while True:
         try:

@@ -190,3 +190,24 @@ def test_card_runs_in_mlflow(bimodal):
     # card runs are not reruns: the next card reads the same 59
     again = _card(store)
     assert again["cells"][0]["n_reruns"] == 59
+
+
+def test_every_shipped_schema_is_valid_against_its_meta_schema():
+    """The validators skip the meta-schema check at run time (recipe_audit.cards.schemas.validator):
+    each schema file that ships is checked here, and its validator is the one its $schema names."""
+    from importlib import resources
+
+    import jsonschema
+
+    from recipe_audit.cards import schemas
+
+    names = sorted(p.name for p in resources.files("recipe_audit").joinpath("schemas").iterdir()
+                   if p.name.endswith(".json"))
+    assert {"recipe_card.v1.json", "acceptance_card.v1.json"} <= set(names)
+    for name in names:
+        schema = schemas.load(name)
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)  # raises SchemaError for a schema that is not one
+        assert type(schemas.validator(name)) is cls
+    with pytest.raises(jsonschema.exceptions.SchemaError):  # the check can fail
+        jsonschema.validators.validator_for(schema).check_schema({**schema, "type": 12})

@@ -186,6 +186,27 @@ def test_band_sample_floor_values_and_checks():
     assert band_sample_floor(0.1, 0.1, "dkw") == math.ceil(math.log(10) / (2 * 0.01))
 
 
+def test_the_floors_kept_are_the_ones_the_search_finds_and_a_wrong_one_is_refused(monkeypatch):
+    """band.FOUND_FLOORS spares the first card of a process the search at the default options:
+    each entry is what the search finds, and a floor that is not the smallest passing n is
+    refused by the check on the band itself before any card uses it."""
+    from recipe_audit.stats import band
+
+    assert band.FOUND_FLOORS
+    for (eps, delta, method), kept in band.FOUND_FLOORS.items():
+        with monkeypatch.context() as m:
+            m.setattr(band, "FOUND_FLOORS", {})
+            assert band._floor.__wrapped__(eps, delta, method, band._METHOD_MAX_N[method]) == kept
+    for wrong in (45, 47):
+        band._floor.cache_clear()
+        with monkeypatch.context() as m:
+            m.setattr(band, "FOUND_FLOORS", {(0.1, 0.1, "exact-cp"): wrong})
+            with pytest.raises(AssertionError, match="band sample floor failed its check"):
+                band_sample_floor(0.1, 0.1)
+    band._floor.cache_clear()
+    assert band_sample_floor(0.1, 0.1) == 46
+
+
 @pytest.mark.parametrize("eps", [1e-4, 1e-5, 1e-7, 3.4e-8])
 def test_band_sample_floor_of_a_tiny_eps_is_the_dkw_closed_form_at_once(eps):
     # beyond EXACT_KS_MAX_N reruns the auto band is DKW: its floor is ceil(ln(1/delta) / (2 eps^2)),
