@@ -81,9 +81,10 @@ def test_the_sweeps_threads_are_handed_on_and_put_back(monkeypatch):
 
 
 def test_the_sweeps_start_runs_with_the_garbage_collector_paused_and_puts_it_back():
-    """The start of a sweep (MLflow's imports, the store) and its end (the card) run without the
-    automatic collections their imports would trigger; the collector is as it was after them,
-    also when they stop the process (one sentence, SystemExit) or raise."""
+    """The start of a sweep (MLflow's imports, the store) runs without the automatic collections
+    its imports would trigger; the collector is as it was after it, also when it stops the
+    process (one sentence, SystemExit) or raises. The end (the card) runs with the collector on:
+    each card's figures are cycles only a collection frees (megabytes each)."""
     import gc
 
     import pytest
@@ -119,6 +120,6 @@ def test_the_sweeps_start_runs_with_the_garbage_collector_paused_and_puts_it_bac
     finally:
         (gc.enable if was else gc.disable)()
     assert seen == [False, False, False, False]
-    # the callback's start and end are the paused ones (AcceptanceSweepCallback's start calls it, its end is it)
+    # the callback's start is the paused one (AcceptanceSweepCallback's start calls it); its end is not
     assert RecipeAuditCallback.on_multirun_start.__wrapped__.__qualname__ == "RecipeAuditCallback.on_multirun_start"
-    assert RecipeAuditCallback.on_multirun_end.__wrapped__.__qualname__ == "RecipeAuditCallback.on_multirun_end"
+    assert not hasattr(RecipeAuditCallback.on_multirun_end, "__wrapped__")

@@ -238,3 +238,9 @@ def test_a_jobs_config_is_read_as_from_a_copy_without_hydras_node():
         _job_config_by_copy(odd)
     with pytest.raises(type(copied.value)):
         sweep_plan.job_config(odd)
+    # the key alone, and through oc.select: the copy has no such key (None, the default) either
+    for written in ("${oc.select:hydra,none}", "${oc.select:hydra, dflt}"):
+        with open_dict(odd):
+            odd.model.job = written
+        assert sweep_plan.job_config(odd) == _job_config_by_copy(odd)
+        assert sweep_plan.job_config(odd)[0]["model"]["job"] in (None, "none", "dflt")

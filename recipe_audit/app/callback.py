@@ -327,7 +327,6 @@ class RecipeAuditCallback(Callback):
             log.info("seed %d: finished rerun exists for every recipe, skipped (resume)", s)
         return [s for s in sweep.planned_seeds if s not in skipped]
 
-    @collector_paused  # the card (its imports, figures) and then the process's end: nothing to reclaim meanwhile
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._env.restore()
         if self.sweep is None or rank() != 0:

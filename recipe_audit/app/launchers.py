@@ -101,11 +101,12 @@ class SeedLauncherBase(Launcher):
         """Run job ``idx``: a seed's job with :func:`run_seed_job`, any other with Hydra's ``run_job``
         (both set ``HydraConfig``)."""
         overrides = list(overrides)
-        sweep_config = self.job_config(overrides)
+        key = self._key(overrides)
+        sweep_config = self._job_config(overrides, key)
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = job_id
             sweep_config.hydra.job.num = idx
-        recipe = self._recipes.get(self._key(overrides))
+        recipe = None if key is None else self._recipes.get(key)
         if recipe is None or (sweep_config.hydra.job.chdir is None and not version.base_at_least("1.2")):
             return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
                            job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
@@ -114,7 +115,10 @@ class SeedLauncherBase(Launcher):
 
     def job_config(self, overrides: list[str]) -> DictConfig:
         """The job's composed configuration, as ``config_loader.load_sweep_config`` returns it."""
-        key = self._key(overrides)
+        return self._job_config(overrides, self._key(overrides))
+
+    def _job_config(self, overrides: list[str], key: tuple[str, ...] | None) -> DictConfig:
+        """:meth:`job_config`, the job's recipe (:meth:`_key`) given."""
         if key is not None and key in self._recipes:
             return self._recipes[key].job_config(overrides[self._recipes[key].at])
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
@@ -146,7 +150,7 @@ class Recipe:
     job its configuration so); ``tests/test_seed_launcher.py`` checks every node against Hydra's."""
 
     def __init__(self, composed: DictConfig, overrides: list[str], at: int) -> None:
-        self.overrides, self.at = list(overrides), at
+        self.at = at
         self.composed = pickle.dumps(composed)
         task = pickle.loads(self.composed)
         with read_write(task), open_dict(task):
@@ -318,7 +322,7 @@ def run_seed_job(recipe: Recipe, config: DictConfig, seed_line: str, job_id, job
     callbacks = hydra_context.callbacks
     old_cwd = os.getcwd()
     orig_hydra_cfg = HydraConfig.instance().cfg
-    dirname = recipe.dirname(seed_line)
+    dirname = str(config.hydra.job.override_dirname)  # the job's, as Recipe.job_config or Hydra set it
     # HydraConfig.set_config: the job's hydra node read-only, HydraConfig a masked copy of it whose
     # parent is the job's configuration (so that ${...} in the hydra node reach the task's keys)
     OmegaConf.set_readonly(config.hydra, True)

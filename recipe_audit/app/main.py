@@ -119,8 +119,8 @@ def _set_up(cfg: DictConfig):
     ``(run_cfg, recipe, logger, multirun)``. The first job of a process runs it with the garbage
     collector paused (:func:`recipe_audit.app.process.collector_paused`): what it builds (torch's
     and transformers' modules, the tokenised task) lives as long as the process; the cyclic
-    garbage among it (about 13,000 objects, 1.5 MB) is frozen with it, where the collections it
-    would trigger cost 0.2 s of CPU."""
+    garbage among it (a few thousand objects) is frozen with it, rather than walked by the
+    collections it would trigger."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 

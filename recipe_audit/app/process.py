@@ -36,9 +36,9 @@ def collector_paused(hook: _F) -> _F:
     (also when the hook raises or exits the process). For the start of a sweep, which imports
     MLflow and SQLAlchemy and opens the store: what it builds lives as long as the sweep, so every
     automatic collection meanwhile (five full ones under MLflow's imports) walks objects that are
-    not garbage; the start freezes them (``gc.freeze``) at its end. For the end of a sweep, which
-    imports matplotlib and draws the card's figures just before the process ends: a collection
-    then would reclaim nothing the process still needs."""
+    not garbage; the start freezes them (``gc.freeze``) at its end. (Not for the end of a sweep:
+    each card's figures are reference cycles that only a collection frees, megabytes each, and a
+    sweep of many recipes draws many.)"""
 
     @functools.wraps(hook)
     def paused(*args, **kwargs):

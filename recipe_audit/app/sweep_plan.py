@@ -4,6 +4,7 @@ callback option was set, and what a job's rerun is opened with (plain data for t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,7 +52,7 @@ def job_config(config: DictConfig) -> tuple[dict[str, Any], dict[str, Any]]:
 
     What the task function sees (Hydra removes its node from the task's config), resolved as in a
     copy of the config without that node. Each section is read in place, without copying it (the
-    copy cost about three quarters of this function's time, every job): its interpolations
+    copy was most of this function's time, every job): its interpolations
     resolve against the same keys as in the copy. The one thing the copy resolves differently is
     a reference to Hydra's node itself (``${hydra.job.name}``; the task cannot resolve it either),
     so a config with such a string is read from the copy, as before."""
@@ -78,12 +79,15 @@ def _resolved(config: DictConfig, key: str) -> Any:
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
+_HYDRA_KEY = re.compile(r"(?<!\w)hydra(?![\w:])")  # the key "hydra", not "hydra:" (the resolver) nor "my_hydra"
+
+
 def _refers_to_hydras_node(raw: Any) -> bool:
     """Whether a string of ``raw`` (a config as written) may interpolate Hydra's node by its key
-    (``${hydra.job.name}``, ``${oc.select:hydra.x}``; Hydra's resolver, ``${hydra:job.name}``,
-    is not its node)."""
+    (``${hydra.job.name}``, ``${hydra}``, ``${oc.select:hydra,none}``, ``${..hydra.x}``; Hydra's
+    resolver, ``${hydra:job.name}``, is not its node)."""
     if isinstance(raw, str):
-        return "${" in raw and "hydra." in raw
+        return "${" in raw and _HYDRA_KEY.search(raw) is not None
     if isinstance(raw, dict):
         return any(_refers_to_hydras_node(v) for v in raw.values())
     if isinstance(raw, list):

@@ -186,8 +186,7 @@ def figure_png(fig) -> bytes:
 
     A figure laid out by ``tight_layout`` keeps a placeholder layout engine, and ``savefig`` lays
     out a figure that has an engine by drawing it once before it draws it into the PNG; the
-    placeholder lays out nothing, so it is taken off first: the same bytes, one draw fewer
-    (15-20 ms of the 90-140 ms a card's plot takes)."""
+    placeholder lays out nothing, so it is taken off first: the same bytes, one draw fewer."""
     import matplotlib
     from matplotlib.layout_engine import PlaceHolderLayoutEngine
 

@@ -370,7 +370,7 @@ def _levels0(n: int, delta: float, method: str) -> float:
 
 #: The floor :func:`_floor` finds at the options most cards are computed at (the defaults, eps =
 #: delta = 0.10), kept so that the first card of a process does not search for it again (about ten
-#: bands built, 0.15 s of CPU). Like every floor it is checked on the band itself before it is used
+#: bands built). Like every floor it is checked on the band itself before it is used
 #: (:func:`band_sample_floor_at`: levels[0] <= eps at the floor and > eps one rerun below, which,
 #: levels[0] decreasing with n, only the smallest such n passes); tests/stats/test_stats_band.py
 #: compares each entry with the search.

@@ -100,14 +100,18 @@ class RerunLogger:
         """The rerun's results (its training time; accuracy, majority rate and constant fraction on
         each audit set) and the training steps not yet written.
 
-        In the process that will close the run (the Hydra callback opened it here), they are
-        handed to that close (:class:`recipe_audit.store.rerun_runs.HeldWrites`), which writes
-        them in its one ``log_batch`` with the params and tags, before the run's status; and,
-        unless this logger saw another writer (:meth:`log_params`, :meth:`log_table`,
-        :meth:`log_model`), it declares itself the run's only writer of metrics and params: the
-        built-in task writes nothing else, so the close need not read the run back. Elsewhere
-        they are written now."""
+        In the process that will close the run (the Hydra callback opened it here), in a SQL store,
+        and unless this logger saw another writer (:meth:`log_params`, :meth:`log_table`,
+        :meth:`log_model`), they are handed to that close
+        (:class:`recipe_audit.store.rerun_runs.HeldWrites`), which writes them in its one
+        ``log_batch`` with the params and tags, before the run's status: the logger declares
+        itself the run's only writer of metrics and params (the built-in task writes nothing
+        else), so the close need not read the run back. Elsewhere (a server's store, a run this
+        process will not close, another writer) they are written now: the close reads the run
+        back there, and handing them over would save no call."""
         from mlflow.entities import Metric
+
+        from recipe_audit.store.read_sql import is_sql_uri
 
         now = int(time.time() * 1000)
         metrics = [Metric(keys.METRIC_TRAIN_SECONDS, result.train_seconds, now, 0)]
@@ -116,8 +120,8 @@ class RerunLogger:
                         Metric(keys.majority_rate_key(name), score.majority_rate, now, result.steps),
                         Metric(keys.constant_fraction_key(name), score.pred_mode_share, now, result.steps)]
         self._pending.extend(metrics)
-        if self._held is None:
-            self.flush()
+        if self._held is None or self._not_sole or not is_sql_uri(self.store.uri):
+            self.flush()  # the close reads the run back: handing the metrics to it would save no call
             return
         handed, self._pending = self._pending, []
         self._held.metrics.extend(handed)
@@ -266,13 +270,11 @@ class RerunLogger:
                "repository.\n"))
 
     def finish(self) -> None:
-        self._write_handed()
         self.flush()
         self.client.set_terminated(self.run_id, "FINISHED")
 
     def fail(self, exc: BaseException) -> None:
         try:
-            self._write_handed()
             self.flush()
         except Exception:  # the run is failing anyway; keep the error that matters
             pass

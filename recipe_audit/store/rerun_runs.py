@@ -288,10 +288,12 @@ def close_rerun(store: Store, run_id: str, *, params: Mapping[str, str] | None =
     same batch, and the run is read back (``get_run``) unless that writer is its only one."""
     from mlflow.entities import Metric, Param, RunTag
 
+    from recipe_audit.store.read_sql import is_sql_uri  # MLflow's SQL store: the rule HeldWrites.note follows
+
     client = store.client
     held = _HELD.pop(run_id, None)
     held_metrics = held.metrics if held is not None else []
-    if held is not None and held.sole and _sql_store(store.uri):  # the writer knows all the run holds
+    if held is not None and held.sole and is_sql_uri(store.uri):  # the writer knows all the run holds
         logged, have = held.latest(), set()
     else:
         if held_metrics:  # the run may hold others' writes too: the handed metrics first, then read it back
@@ -354,14 +356,6 @@ def _batches(metrics: list, params: list, tags: list):
         yield m, p, t
         if not (metrics or params or tags):
             return
-
-
-def _sql_store(uri: str) -> bool:
-    """Whether ``uri`` is a database MLflow's SQL store writes (its latest-metric rule is the one
-    :meth:`HeldWrites.note` follows); a server's store may be another kind."""
-    from mlflow.store.db.db_types import DATABASE_ENGINES
-
-    return uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_ENGINES
 
 
 def _same_value(logged: float, returned: float) -> bool:
