@@ -182,17 +182,18 @@ def _phases_run(args: list[str]) -> str:
     finally:
         gc.callbacks.remove(on_gc)
         mark("end")
+    between = "between jobs (job runner, job config)"
     names = {  # the span between two marks -> its phase
         ("start", "on_multirun_start starts"): "start-up (Hydra, the app's config)",
         ("on_multirun_start starts", "on_multirun_start ends"): "on_multirun_start (once)",
-        ("on_multirun_start ends", "on_job_start starts"): "between jobs (job runner, job config)",
-        ("on_job_end ends", "on_job_start starts"): "between jobs (job runner, job config)",
+        ("on_multirun_start ends", "on_job_start starts"): between,
+        ("on_job_end ends", "on_job_start starts"): between,
         ("on_job_start starts", "on_job_start ends"): "on_job_start",
         ("on_job_start ends", "train_rerun starts"): "the task before training",
         ("train_rerun starts", "train_rerun ends"): "train_rerun: training and scoring",
         ("train_rerun ends", "on_job_end starts"): "the task after training",
         ("on_job_end starts", "on_job_end ends"): "on_job_end",
-        ("on_job_end ends", "on_multirun_end starts"): "between jobs (job runner, job config)",
+        ("on_job_end ends", "on_multirun_end starts"): between,
         ("on_multirun_end starts", "on_multirun_end ends"): "on_multirun_end (once: the card)",
         ("on_multirun_end ends", "end"): "after the sweep",
     }

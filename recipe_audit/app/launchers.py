@@ -165,8 +165,8 @@ class Recipe:
         self.kv_sep, self.item_sep = dirname.kv_sep, dirname.item_sep
         exclude = set(dirname.exclude_keys)
         # the other overrides' part of override_dirname, parsed once (Hydra parses each line alone)
-        self.other_lines = [o.input_line for i, o in enumerate(_parser().parse_overrides(task_overrides))
-                            if i != self.seed_in_task and o.key_or_group not in exclude]
+        parsed = _parser().parse_overrides(task_overrides)
+        self.other_lines = dirname_lines([o for i, o in enumerate(parsed) if i != self.seed_in_task], exclude)
         self.seed_in_dirname = SEED not in exclude
         #: config.yaml's and hydra.yaml's texts with marks (:meth:`yaml_files`): [] until the first
         #: job, None where the whole documents are rendered
@@ -382,8 +382,14 @@ def override_dirname(overrides: Sequence[Override], *, kv_sep: str, item_sep: st
     """``hydra.job.override_dirname`` as Hydra's config loader writes it (its own function is in
     ``hydra._internal``): the overrides whose key is not excluded, as typed, sorted, joined by
     ``item_sep``, each ``=`` written as ``kv_sep``."""
-    return join_dirname([o.input_line for o in overrides if o.key_or_group not in exclude_keys], kv_sep=kv_sep,
+    return join_dirname(dirname_lines(overrides, exclude_keys), kv_sep=kv_sep,
                         item_sep=item_sep)
+
+
+def dirname_lines(overrides: Sequence[Override], exclude_keys) -> list[str]:
+    """The lines of ``overrides`` that ``hydra.job.override_dirname`` holds: as typed, those whose
+    key is not in ``exclude_keys``."""
+    return [o.input_line for o in overrides if o.key_or_group not in exclude_keys]
 
 
 def join_dirname(lines: Sequence[str], *, kv_sep: str, item_sep: str) -> str:
